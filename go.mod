@@ -1,0 +1,3 @@
+module github.com/fencerun/fencerun
+
+go 1.26.8

@@ -1,0 +1,230 @@
+// Package store defines the lease store that fencerun runs commands under,
+// and the types every backend shares.
+//
+// A Store hands out Leases on keys. It guarantees, for every backend:
+//
+//   - at most one Lease per key is held at a time, and a holder that is alive
+//     but silent (stopped, swapped out) is never taken from: a backend that
+//     can tell a dead holder from a live one (the file backend, by kernel
+//     lock) frees the lease of a dead one at once, and keeps the lease of a
+//     live one even past its expiry;
+//   - every acquisition of a key gets a fencing token strictly greater than
+//     every token handed out before for that key;
+//   - every change a holder makes to its lease is a compare-and-swap on the
+//     version returned by its previous change, so a revoked or taken-over
+//     holder learns of it at its next renewal or check, and cannot undo it;
+//   - waiters acquire in arrival order.
+//
+// It does not stop anything: a Lease that is lost only says so. Stopping the
+// command before the lease can expire is the job of package fence.
+//
+// Nothing in this interface is specific to one backend: no paths, flocks or
+// pids leave a backend except as the descriptive Holder fields.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them with %w and the path or key involved.
+var (
+	// ErrLost: the lease is no longer held by the caller: it was revoked
+	// (release --force), released, or taken over. The fence is broken.
+	ErrLost = errors.New("store: lease lost")
+	// ErrCorrupt: a state file or record could not be parsed. Nothing was
+	// overwritten; `release --force` clears it.
+	ErrCorrupt = errors.New("store: corrupt state")
+	// ErrUnsafe: the state root or a file in it is unsafe to use: writable by
+	// another user, or a symlink where a file or directory was expected.
+	ErrUnsafe = errors.New("store: unsafe state")
+	// ErrInvalidKey: the key breaks one of the rules of ValidateKey.
+	ErrInvalidKey = errors.New("store: invalid key")
+)
+
+// Store is a lease store. Its methods are safe for concurrent use.
+type Store interface {
+	// Acquire takes the lease on key for claim.
+	//
+	// When the key is busy: with claim.Wait false, Acquire returns
+	// (nil, holder, nil) at once, holder being who holds it (contention is
+	// a result, not an error). With claim.Wait true, the caller joins the
+	// key's queue and Acquire blocks until the lease is its turn, or ctx
+	// ends; then it returns ctx's error (context.Cause), and leaves no queue
+	// entry behind.
+	Acquire(ctx context.Context, key string, claim Claim) (Lease, *Holder, error)
+
+	// Status reads one key. It never writes, and its cost does not grow
+	// with the number of keys.
+	Status(ctx context.Context, key string) (*Status, error)
+
+	// List reads every key the store has, sorted by key. A key whose state
+	// cannot be read is listed with State Corrupt and Err set; it does not
+	// fail the whole list.
+	List(ctx context.Context) ([]Status, error)
+
+	// Revoke breaks the current holder's lease on key (release --force): the
+	// holder's next check or renewal returns ErrLost. It also clears a
+	// corrupt record of key. The key is taken by the next waiter only once
+	// the revoked holder has given the lease up or is known dead. Revoke
+	// reports whether there was a holder (or corrupt state) to revoke.
+	Revoke(ctx context.Context, key string) (bool, error)
+
+	// Cancel asks the current holder of key to stop its command gracefully
+	// and release. It reports whether there was a holder to ask.
+	Cancel(ctx context.Context, key string) (bool, error)
+
+	// Prune removes expired records of dead holders, dead waiters' queue
+	// entries and stray temporary files, and says what it removed. It never
+	// removes the state of a live holder or waiter.
+	Prune(ctx context.Context) ([]Pruned, error)
+
+	// Close releases what the store holds open. It does not release leases.
+	Close() error
+}
+
+// Claim says who asks for a lease and for how long.
+type Claim struct {
+	Name   string        // holder name shown by status
+	Reason string        // shown by status
+	TTL    time.Duration // lease duration; the keeper renews at TTL/3
+	Wait   bool          // join the queue when busy, instead of returning at once
+	// Marker is an opaque string that this run gives its command's process
+	// tree (an environment entry). It is recorded with the lease so that the
+	// next holder can find and stop the leftovers of a holder that died
+	// (see Lease.Predecessor).
+	Marker string
+	// PID and Host describe the holder process; zero values mean "this one".
+	PID  int
+	Host string
+}
+
+// Lease is a held lease. Its methods are for one goroutine at a time (the
+// keeper's), except Key, Fence, Env, Changes and Predecessor, which are safe
+// from any.
+type Lease interface {
+	Key() string
+	// Fence is the fencing token of this acquisition.
+	Fence() uint64
+	// Env is what the command is given besides FENCERUN_*: for example
+	// ETCD_LOCK_KEY and ETCD_LOCK_REV on etcd. Usually nil.
+	Env() []string
+	// Predecessor is the previous holder of the key when it died holding the
+	// lease (its leftovers may still run and must be stopped before this
+	// lease's command starts), else nil.
+	Predecessor() *Holder
+
+	// Renew extends the lease by its TTL from now, presenting the version
+	// returned by the previous renewal (compare-and-swap). It returns the
+	// new expiry, or an error wrapping ErrLost when the lease was revoked,
+	// released or taken over.
+	Renew(ctx context.Context) (time.Time, error)
+	// Changes receives (coalesced, never closed) when the lease's record may
+	// have been changed by someone else: a revocation, a cancel request. The
+	// receiver then calls Check. Backends must deliver within a second of
+	// the change, without busy polling.
+	Changes() <-chan struct{}
+	// Check reads the lease's record without writing: an error wrapping
+	// ErrLost if it is no longer held, else what was asked of the holder.
+	Check(ctx context.Context) (Request, error)
+	// Tick records a liveness tick at t in the lease's record (shown by
+	// status as last tick).
+	Tick(ctx context.Context, t time.Time) error
+	// Release gives the lease up: the record is cleared, the queue entry
+	// removed and the next waiter served. Call it only after the command's
+	// processes are gone. Releasing a lost lease returns nil.
+	Release(ctx context.Context) error
+}
+
+// Request is what someone asked of the holder of a lease.
+type Request int
+
+const (
+	RequestNone     Request = iota
+	RequestCancel           // `fencerun cancel`: stop gracefully, exit 77
+	RequestHandover         // resident: a newer build asks for the role, exit 77
+)
+
+// State of a key or role as status shows it.
+type State string
+
+const (
+	Held    State = "held"
+	Expired State = "expired" // the holder is past its expiry (but may still be alive)
+	Free    State = "free"
+	Corrupt State = "corrupt"
+	Stuck   State = "stuck" // resident: ticked once, then silent for --stuck-after
+)
+
+// Holder describes who holds (or waits for) a lease. It never carries the
+// lease's secret token.
+type Holder struct {
+	Name       string    `json:"name"`
+	PID        int       `json:"pid"`
+	Host       string    `json:"host"`
+	Reason     string    `json:"reason,omitempty"`
+	Acquired   time.Time `json:"acquired"`
+	Expires    time.Time `json:"expires,omitzero"`
+	Fence      uint64    `json:"fence,omitempty"`
+	LastTick   time.Time `json:"last_tick,omitzero"`
+	Build      *Build    `json:"build,omitempty"`
+	CommandPID int       `json:"command_pid,omitempty"`
+	Cancel     bool      `json:"cancel_requested,omitempty"`
+	// Marker identifies the holder's command tree; see Claim.Marker. Not
+	// shown by status.
+	Marker string `json:"-"`
+}
+
+// Build identifies an executable (resident role, R4).
+type Build struct {
+	ModTime  time.Time `json:"mod_time"`
+	Size     int64     `json:"size"`
+	Revision string    `json:"revision,omitempty"`
+}
+
+// Status is one key's (or one store's resident role's) state.
+type Status struct {
+	Key     string   `json:"key,omitempty"`
+	Store   string   `json:"store,omitempty"`
+	State   State    `json:"state"`
+	Holder  *Holder  `json:"holder"`
+	Waiters []Holder `json:"waiters"`
+	// Err says why State is Corrupt; shown as "error" in JSON.
+	Err error `json:"-"`
+}
+
+// Pruned is one thing Prune removed.
+type Pruned struct {
+	Key  string `json:"key,omitempty"`
+	What string `json:"what"` // "expired lease", "dead waiter", "temp file"
+	Path string `json:"path,omitempty"`
+}
+
+// Key rules (B1).
+const MaxKeyLen = 80
+
+// ValidateKey checks a key against the rules of SPEC.md B1 and returns an
+// error wrapping ErrInvalidKey that names the rule broken.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: key is empty", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key %q is %d bytes, over the limit of %d", ErrInvalidKey, key, len(key), MaxKeyLen)
+	case !isAlnum(key[0]):
+		return fmt.Errorf("%w: key %q must start with a letter or digit", ErrInvalidKey, key)
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !isAlnum(c) && c != '.' && c != '_' && c != '-' && c != ':' && c != '/' {
+			return fmt.Errorf("%w: key %q has %q at byte %d; keys may hold only letters, digits and . _ - : /", ErrInvalidKey, key, c, i)
+		}
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
