@@ -1,0 +1,102 @@
+package fence
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is the time the keeper and the watchdog run on. Instants are
+// durations since an arbitrary origin; the real clock is CLOCK_BOOTTIME, which
+// keeps counting while the system is suspended, so a deadline passed during
+// suspend is seen as passed on waking (S3).
+type Clock interface {
+	Now() time.Duration
+	// NewTimer returns a disarmed timer.
+	NewTimer() (Timer, error)
+}
+
+// Timer fires once at the instant it was last Set to. It is for one
+// goroutine at a time.
+type Timer interface {
+	// C receives when the timer fires.
+	C() <-chan struct{}
+	// Set arms the timer to fire at instant at (at once if at has passed),
+	// replacing any earlier setting.
+	Set(at time.Duration)
+	Close() error
+}
+
+// FakeClock is a Clock that moves only when told to. Tests use it so that
+// they never sleep to wait for a deadline.
+type FakeClock struct {
+	mu     sync.Mutex
+	now    time.Duration
+	timers []*fakeTimer
+}
+
+// NewFakeClock returns a FakeClock at instant start.
+func NewFakeClock(start time.Duration) *FakeClock { return &FakeClock{now: start} }
+
+// Now returns the clock's instant.
+func (c *FakeClock) Now() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// NewTimer returns a disarmed timer on this clock.
+func (c *FakeClock) NewTimer() (Timer, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{clock: c, c: make(chan struct{}, 1)}
+	c.timers = append(c.timers, t)
+	return t, nil
+}
+
+// Advance moves the clock by d and fires the timers whose instant passed.
+func (c *FakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now += d
+	for _, t := range c.timers {
+		c.fireLocked(t)
+	}
+}
+
+func (c *FakeClock) fireLocked(t *fakeTimer) {
+	if t.armed && t.at <= c.now {
+		t.armed = false
+		select {
+		case t.c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+type fakeTimer struct {
+	clock *FakeClock
+	c     chan struct{}
+	at    time.Duration
+	armed bool
+}
+
+func (t *fakeTimer) C() <-chan struct{} { return t.c }
+
+func (t *fakeTimer) Set(at time.Duration) {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	// A new setting replaces the old one, including a firing not yet received.
+	select {
+	case <-t.c:
+	default:
+	}
+	t.at, t.armed = at, true
+	t.clock.fireLocked(t)
+}
+
+func (t *fakeTimer) Close() error {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	t.armed = false
+	return nil
+}

@@ -1,0 +1,307 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// testLease is a store.Lease whose answers the test scripts. Renew blocks
+// until the test answers on renewErr, so the test decides what each renewal
+// returns and when.
+type testLease struct {
+	renews   chan struct{} // a renewal was sent
+	renewErr chan error    // its answer
+	changes  chan struct{}
+	check    chan checkAnswer
+	ticks    chan time.Time
+	released chan struct{}
+}
+
+type checkAnswer struct {
+	req store.Request
+	err error
+}
+
+func newTestLease() *testLease {
+	return &testLease{
+		renews: make(chan struct{}, 16), renewErr: make(chan error),
+		changes: make(chan struct{}, 1), check: make(chan checkAnswer, 1),
+		ticks: make(chan time.Time, 16), released: make(chan struct{}, 1),
+	}
+}
+
+func (l *testLease) Key() string                   { return "k" }
+func (l *testLease) Fence() uint64                 { return 7 }
+func (l *testLease) Env() []string                 { return nil }
+func (l *testLease) Predecessor() *store.Holder    { return nil }
+func (l *testLease) Changes() <-chan struct{}      { return l.changes }
+func (l *testLease) Release(context.Context) error { l.released <- struct{}{}; return nil }
+func (l *testLease) Renew(ctx context.Context) (time.Time, error) {
+	l.renews <- struct{}{}
+	select {
+	case err := <-l.renewErr:
+		return time.Time{}, err
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+func (l *testLease) Check(context.Context) (store.Request, error) {
+	a := <-l.check
+	return a.req, a.err
+}
+func (l *testLease) Tick(_ context.Context, t time.Time) error { l.ticks <- t; return nil }
+
+const guard = 10 * time.Second // failure guard only; nothing waits for it to pass
+
+func recv[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(guard):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+type run struct {
+	k    *Keeper
+	clk  *FakeClock
+	l    *testLease
+	done chan error
+}
+
+func startKeeper(t *testing.T, ttl, grace time.Duration) *run {
+	t.Helper()
+	clk := NewFakeClock(time.Hour)
+	l := newTestLease()
+	k, err := New(Config{Lease: l, TTL: ttl, Grace: grace, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := &run{k: k, clk: clk, l: l, done: make(chan error, 1)}
+	go func() { r.done <- k.Run(ctx) }()
+	return r
+}
+
+func (r *run) end(t *testing.T) *EndError {
+	t.Helper()
+	err := recv(t, r.done, "the keeper to end")
+	var e *EndError
+	if !errors.As(err, &e) {
+		t.Fatalf("Run returned %v, want *EndError", err)
+	}
+	return e
+}
+
+func TestNewValidatesTiming(t *testing.T) {
+	for _, tc := range []struct {
+		ttl, grace time.Duration
+		ok         bool
+	}{
+		{time.Second, 0, true},
+		{999 * time.Millisecond, 0, false},
+		{0, 0, false},
+		{30 * time.Second, -time.Second, false},
+		{30 * time.Second, time.Hour, true},
+	} {
+		_, err := New(Config{Lease: newTestLease(), TTL: tc.ttl, Grace: tc.grace, Clock: NewFakeClock(0)})
+		if (err == nil) != tc.ok {
+			t.Errorf("New(ttl=%v, grace=%v) = %v, want ok=%v", tc.ttl, tc.grace, err, tc.ok)
+		}
+	}
+	if _, err := New(Config{TTL: time.Second}); err == nil {
+		t.Error("New without a lease succeeded")
+	}
+}
+
+func TestRenewsEveryThirdOfTTLFromWhenSent(t *testing.T) {
+	r := startKeeper(t, 3*time.Second, 0)
+	for i := range 3 {
+		r.clk.Advance(time.Second)
+		recv(t, r.l.renews, fmt.Sprintf("renewal %d", i))
+		r.l.renewErr <- nil
+	}
+	// An answer that takes 900ms: the next renewal is still due one TTL/3
+	// after this one was sent, so 100ms after the answer.
+	r.clk.Advance(time.Second)
+	recv(t, r.l.renews, "slow renewal")
+	r.clk.Advance(900 * time.Millisecond)
+	r.l.renewErr <- nil
+	r.clk.Advance(100 * time.Millisecond)
+	recv(t, r.l.renews, "renewal one TTL/3 after the slow one was sent")
+	r.l.renewErr <- nil
+	select {
+	case err := <-r.done:
+		t.Fatalf("keeper ended while renewals succeed: %v", err)
+	default:
+	}
+	r.k.Interrupt()
+	if err := recv(t, r.done, "Run to return after Interrupt"); err != nil {
+		t.Fatalf("Run after Interrupt = %v, want nil", err)
+	}
+}
+
+func TestFailingRenewalsGiveUpBeforeExpiry(t *testing.T) {
+	const ttl, grace = 3 * time.Second, 10 * time.Second
+	r := startKeeper(t, ttl, grace)
+	start := r.clk.Now()
+	r.clk.Advance(time.Second)
+	recv(t, r.l.renews, "first renewal")
+	r.l.renewErr <- errors.New("disk on fire")
+	// Retries follow every TTL/10 while time is left.
+	r.clk.Advance(300 * time.Millisecond)
+	recv(t, r.l.renews, "retry")
+	r.l.renewErr <- errors.New("disk on fire")
+	// Reserve: grace bounded by TTL/3 (1s) plus margin (300ms); the keeper
+	// must give up at expiry-1.3s = start+1.7s at the latest.
+	r.clk.Advance(400 * time.Millisecond)
+	e := r.end(t)
+	if e.Reason != Lost {
+		t.Fatalf("reason %v, want lost", e.Reason)
+	}
+	if got := r.clk.Now(); got > start+ttl-1300*time.Millisecond {
+		t.Errorf("gave up at +%v, later than expiry less reserve", got-start)
+	}
+	if want := start + ttl - 300*time.Millisecond; e.StopBy != want {
+		t.Errorf("StopBy = +%v, want +%v (expiry less margin)", e.StopBy-start, want-start)
+	}
+}
+
+func TestHungStoreStillGivesUp(t *testing.T) {
+	r := startKeeper(t, 3*time.Second, 0)
+	r.clk.Advance(time.Second)
+	recv(t, r.l.renews, "renewal")
+	// Never answered: the store hangs.
+	r.clk.Advance(2 * time.Second)
+	if e := r.end(t); e.Reason != Lost {
+		t.Fatalf("reason %v, want lost", e.Reason)
+	}
+}
+
+func TestSuspendPastExpiryIsLostAtOnce(t *testing.T) {
+	r := startKeeper(t, 30*time.Second, 10*time.Second)
+	start := r.clk.Now()
+	r.clk.Advance(time.Hour) // a laptop lid closed for an hour
+	e := r.end(t)
+	if e.Reason != Lost {
+		t.Fatalf("reason %v, want lost", e.Reason)
+	}
+	if e.StopBy >= r.clk.Now() {
+		t.Errorf("StopBy +%v is not in the past at +%v: the command would get time it does not have", e.StopBy-start, r.clk.Now()-start)
+	}
+}
+
+func TestRenewalLostEndsAtOnce(t *testing.T) {
+	r := startKeeper(t, 3*time.Second, 0)
+	r.clk.Advance(time.Second)
+	recv(t, r.l.renews, "renewal")
+	r.l.renewErr <- fmt.Errorf("version 3, want 2: %w", store.ErrLost)
+	e := r.end(t)
+	if e.Reason != Lost || !errors.Is(e, store.ErrLost) {
+		t.Fatalf("got %v, want lost wrapping store.ErrLost", e)
+	}
+}
+
+func TestChangesAreCheckedAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		answer checkAnswer
+		want   Reason
+	}{
+		{checkAnswer{req: store.RequestCancel}, Cancelled},
+		{checkAnswer{req: store.RequestHandover}, Handover},
+		{checkAnswer{err: store.ErrLost}, Lost},
+	} {
+		t.Run(tc.want.String(), func(t *testing.T) {
+			r := startKeeper(t, 30*time.Second, 0)
+			r.l.check <- tc.answer
+			r.l.changes <- struct{}{}
+			// No clock movement: the change alone wakes the keeper.
+			if e := r.end(t); e.Reason != tc.want {
+				t.Fatalf("reason %v, want %v", e.Reason, tc.want)
+			}
+		})
+	}
+}
+
+func TestChangeWithNothingAskedKeepsGoing(t *testing.T) {
+	r := startKeeper(t, 3*time.Second, 0)
+	r.l.check <- checkAnswer{req: store.RequestNone}
+	r.l.changes <- struct{}{}
+	// The keeper must still renew after an uneventful check.
+	r.clk.Advance(time.Second)
+	recv(t, r.l.renews, "renewal after an uneventful check")
+	r.l.renewErr <- nil
+	r.k.Interrupt()
+	if err := recv(t, r.done, "Run to return"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTicksAreWrittenAndReleaseWaitsForRun(t *testing.T) {
+	r := startKeeper(t, 30*time.Second, 0)
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	r.k.Tick(at)
+	if got := recv(t, r.l.ticks, "tick written"); !got.Equal(at) {
+		t.Fatalf("tick %v, want %v", got, at)
+	}
+	r.k.Interrupt()
+	recv(t, r.done, "Run to return")
+	if err := r.k.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, r.l.released, "lease released")
+}
+
+func TestWatchdog(t *testing.T) {
+	clk := NewFakeClock(time.Minute)
+	w, err := NewWatchdog(5*time.Second, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+
+	clk.Advance(time.Hour) // never ticked: never stuck
+	w.Tick()
+	clk.Advance(4 * time.Second)
+	w.Tick() // progress resets the watch
+	clk.Advance(4 * time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("stuck although it ticked 4s ago: %v", err)
+	default:
+	}
+	clk.Advance(time.Second)
+	err = recv(t, done, "watchdog to fire")
+	var e *EndError
+	if !errors.As(err, &e) || e.Reason != Stuck {
+		t.Fatalf("got %v, want stuck", err)
+	}
+	if _, err := NewWatchdog(0, clk); err == nil {
+		t.Error("NewWatchdog(0) succeeded")
+	}
+}
+
+func TestBootTimerFires(t *testing.T) {
+	var c BootClock
+	tm, err := c.NewTimer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tm.Close()
+	tm.Set(c.Now() - time.Second) // in the past: fires at once
+	recv(t, tm.C(), "a timer set in the past")
+	tm.Set(c.Now() + 20*time.Millisecond)
+	recv(t, tm.C(), "a timer set 20ms ahead")
+	if c.Now() <= 0 {
+		t.Error("CLOCK_BOOTTIME reads zero")
+	}
+}
