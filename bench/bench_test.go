@@ -1,0 +1,205 @@
+package main
+
+import (
+	"errors"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestQuantile(t *testing.T) {
+	tests := []struct {
+		vals []float64
+		q    float64
+		want float64
+	}{
+		{[]float64{3, 1, 2}, 0.5, 2},
+		{[]float64{4, 1, 3, 2}, 0.5, 2.5},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 0.1, 2},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 0.9, 10},
+		{[]float64{5}, 0.9, 5},
+		{[]float64{1, 2}, 0.1, 1.1},
+	}
+	for _, tt := range tests {
+		s := sample{vals: tt.vals}
+		if got := s.quantile(tt.q); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("quantile(%v, %v) = %v, want %v", tt.vals, tt.q, got, tt.want)
+		}
+	}
+}
+
+func TestFormat(t *testing.T) {
+	tests := []struct {
+		u    unit
+		v    float64
+		want string
+	}{
+		{seconds, 0.000412, "412 µs"},
+		{seconds, 0.00123, "1.23 ms"},
+		{seconds, 0.0456, "45.6 ms"},
+		{seconds, 2.5, "2.50 s"},
+		{bytes, 7.5 * (1 << 20), "7.5 MiB"},
+		{perSec, 612.4, "612/s"},
+		{seconds, math.NaN(), "—"},
+	}
+	for _, tt := range tests {
+		if got := tt.u.format(tt.v); got != tt.want {
+			t.Errorf("format(%v) = %q, want %q", tt.v, got, tt.want)
+		}
+	}
+}
+
+func TestVerdict(t *testing.T) {
+	measured := func(v ...float64) *sample { return &sample{vals: v} }
+	failed := &sample{err: errors.New("fencerun does not build")}
+	tests := []struct {
+		name string
+		r    row
+		want string
+	}{
+		{"ratio met", row{subj: measured(2), peer: measured(1), goal: ratioAtMost(2)}, "yes"},
+		{"ratio missed", row{subj: measured(2.1), peer: measured(1), goal: ratioAtMost(2)}, "**no**"},
+		{"limit met", row{subj: measured(0.09), goal: atMost(0.1, seconds)}, "yes"},
+		{"limit missed", row{subj: measured(0.2), goal: atMost(0.1, seconds)}, "**no**"},
+		{"subject not measured", row{subj: failed, goal: atMost(0.1, seconds)}, "unknown"},
+		{"peer not measured", row{subj: measured(1), peer: failed, goal: ratioAtMost(2)}, "unknown"},
+		{"no goal", row{subj: measured(1), peer: measured(1), goal: goal{text: "—"}}, "—"},
+	}
+	for _, tt := range tests {
+		if got := tt.r.verdict(); got != tt.want {
+			t.Errorf("%s: verdict = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestTableSaysWhyOnce(t *testing.T) {
+	err := errors.New("./cmd/fencerun does not build: undefined: filestore.Open")
+	rows := []row{
+		newRow("P1", "a", seconds, "flock(1)", ratioAtMost(2)),
+		newRow("P3", "b", seconds, "", atMost(0.1, seconds)),
+	}
+	rows[0].subj.fail(err)
+	rows[0].peer.add(0.001)
+	rows[1].subj.fail(err)
+	tbl, notes := table(rows)
+	if len(notes) != 1 || notes[0] != err.Error() {
+		t.Errorf("notes = %q, want the one build error", notes)
+	}
+	if n := strings.Count(tbl, "not measured [1]"); n != 2 {
+		t.Errorf("table points at note 1 %d times, want 2:\n%s", n, tbl)
+	}
+}
+
+// smokeConfig is the full harness at the smallest counts that still take
+// every path: a few seconds, and no figure in it means anything.
+func smokeConfig(t *testing.T) config {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return config{
+		Root: root, Tmp: t.TempDir(),
+		Runs: 3, Warmup: 1,
+		LoopWaiters: 3, LoopRuns: 3, LoopRounds: 1,
+		Hold: 500 * time.Millisecond, HoldTTL: time.Second, Holds: 1,
+		Keys: 20, FewKeys: 4, ListRuns: 2,
+		Guard: 30 * time.Second,
+	}
+}
+
+// TestSmoke runs the whole harness with tiny counts and checks the table has
+// every row with sane values: flock(1)'s always, fencerun's whenever
+// ./cmd/fencerun builds. It asserts nothing about timing.
+func TestSmoke(t *testing.T) {
+	cfg := smokeConfig(t)
+	h, err := newHarness(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.close()
+	if h.stampErr != nil {
+		t.Fatalf("stamp: %v", h.stampErr)
+	}
+	if h.flock.err != nil {
+		t.Fatalf("flock: %v", h.flock.err)
+	}
+	rows := h.measure()
+	doc := document(cfg, time.Now(), rows, h.notes, "not run")
+	t.Log("\n" + doc)
+
+	wantIDs := []string{"P1", "P2", "P2", "P3", "P3", "P4", "P5", "P6", "P6"}
+	var gotIDs []string
+	for _, r := range rows {
+		gotIDs = append(gotIDs, r.id)
+	}
+	if strings.Join(gotIDs, " ") != strings.Join(wantIDs, " ") {
+		t.Fatalf("rows %v, want %v", gotIDs, wantIDs)
+	}
+	for _, r := range rows {
+		if !strings.Contains(doc, "| "+r.id+" "+r.figure+" |") {
+			t.Errorf("table has no row %s %s", r.id, r.figure)
+		}
+		if r.peer != nil && r.peerName == h.flock.name {
+			checkSane(t, r.id+" "+r.figure+" (flock)", r.peer)
+		}
+	}
+	if h.fencerun.err != nil {
+		t.Logf("fencerun rows not checked: %v", h.fencerun.err)
+		for _, r := range rows {
+			if r.subj.err == nil {
+				t.Errorf("%s %s: measured although fencerun did not build", r.id, r.figure)
+			}
+		}
+		return
+	}
+	for _, r := range rows {
+		checkSane(t, r.id+" "+r.figure, r.subj)
+		if r.peer != nil {
+			checkSane(t, r.id+" "+r.figure+" (peer)", r.peer)
+		}
+		if r.goal.met != nil && r.verdict() == "unknown" {
+			t.Errorf("%s %s: no verdict although measured", r.id, r.figure)
+		}
+	}
+}
+
+func checkSane(t *testing.T, name string, s *sample) {
+	t.Helper()
+	if !s.ok() {
+		t.Errorf("%s: not measured: %v", name, s.err)
+		return
+	}
+	for _, v := range s.vals {
+		if !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%s: value %v, want positive and finite", name, v)
+		}
+	}
+}
+
+// TestHandoffNeedsALock: a "tool" that locks nothing lets the waiter run at
+// once; the harness must report that, not time it.
+func TestHandoffNeedsALock(t *testing.T) {
+	h, err := newHarness(smokeConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.close()
+	if h.stampErr != nil {
+		t.Fatalf("stamp: %v", h.stampErr)
+	}
+	none := &tool{
+		name:   "no lock",
+		argv:   func(_ lockSpec, cmd ...string) []string { return cmd },
+		queued: func(lockSpec, int) (bool, error) { return false, nil },
+	}
+	dir, err := h.scenarioDir("none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := h.handoffOnce(none, lockSpec{dir: dir, key: "k"})
+	if err == nil || !strings.Contains(err.Error(), "before the holder let go") {
+		t.Fatalf("handoff without a lock = %v, %v; want the waiter reported as running early", v, err)
+	}
+}

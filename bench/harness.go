@@ -1,0 +1,209 @@
+package main
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// config holds every count and duration of a run. The defaults are the full
+// run behind BENCHMARKS.md; the smoke test shrinks them.
+type config struct {
+	Root     string // module root: where cmd/fencerun and store/filestore live
+	Fencerun string // a fencerun binary to measure; empty: build ./cmd/fencerun
+	Tmp      string // where each scenario's fresh state directory is made
+
+	Runs        int           // recorded runs per tool: P1, P2 handoff, P3, P6 status
+	Warmup      int           // runs per tool before those, not recorded
+	LoopWaiters int           // P2 rate: processes contending in a loop
+	LoopRuns    int           // P2 rate: runs of each of them per round
+	LoopRounds  int           // P2 rate: recorded rounds per tool
+	Hold        time.Duration // P4/P5: how long the lease is held
+	HoldTTL     time.Duration // P4/P5: its TTL
+	Holds       int           // P4/P5: holds per tool, all at the same time
+	Keys        int           // P6: keys in the large store
+	FewKeys     int           // P6: keys in the small store
+	ListRuns    int           // P6: recorded runs of list
+	BenchCount  int           // -count of the store's Go benchmarks; 0 skips them
+	Guard       time.Duration // a process that runs longer is killed: a failure guard, never a measure
+	Keep        bool          // keep the work directory
+}
+
+func defaultConfig() config {
+	return config{
+		Runs:        30,
+		Warmup:      3,
+		LoopWaiters: 8,
+		LoopRuns:    25,
+		LoopRounds:  5,
+		Hold:        60 * time.Second,
+		HoldTTL:     3 * time.Second,
+		Holds:       3,
+		Keys:        10000,
+		FewKeys:     10,
+		ListRuns:    10,
+		BenchCount:  6,
+		Guard:       30 * time.Second,
+	}
+}
+
+func (c config) validate() error {
+	switch {
+	case c.Runs < 1 || c.Warmup < 0 || c.ListRuns < 1 || c.LoopRounds < 1 || c.Holds < 1:
+		return errors.New("bench: counts must be at least 1 (warmup at least 0)")
+	case c.LoopWaiters < 2:
+		return errors.New("bench: the handoff loop needs at least 2 waiters")
+	case c.LoopRuns < 3:
+		return errors.New("bench: the handoff loop needs at least 3 runs per waiter, to leave out its ramp-up and drain")
+	case c.FewKeys < 1 || c.Keys < c.FewKeys:
+		return errors.New("bench: keys must be at least few-keys, which must be at least 1")
+	case c.HoldTTL < time.Second:
+		return errors.New("bench: the hold TTL must be at least 1s, as for fencerun")
+	case c.Guard <= 0:
+		return errors.New("bench: the guard must be positive")
+	}
+	return nil
+}
+
+//go:embed stamp/stamp.c
+var stampSource []byte
+
+// harness is one run: its work directory, the programs it measures and the
+// helpers it built.
+type harness struct {
+	cfg      config
+	work     string
+	env      []string // the environment minus FENCERUN_*, so no setting of the caller's leaks in
+	stamp    string   // path of the stamp program, "" when it could not be built
+	stampErr error
+	fencerun *tool
+	flock    *tool
+	notes    []string // said under the table: how figures were taken, what went wrong
+}
+
+func newHarness(cfg config) (*harness, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp(cfg.Tmp, "fencerun-bench-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(work, "stderr"), 0o700); err != nil {
+		return nil, err
+	}
+	h := &harness{cfg: cfg, work: work}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FENCERUN_") {
+			h.env = append(h.env, kv)
+		}
+	}
+
+	h.stamp, h.stampErr = h.buildStamp()
+
+	bin, err := h.buildFencerun()
+	h.fencerun = h.fencerunTool(bin, err)
+
+	flockBin, err := exec.LookPath("flock")
+	if err != nil {
+		err = fmt.Errorf("flock(1) not found (Debian: apt-get install util-linux): %w", err)
+	}
+	h.flock = h.flockTool(flockBin, err)
+	return h, nil
+}
+
+func (h *harness) close() {
+	if h.cfg.Keep {
+		fmt.Fprintf(os.Stderr, "bench: kept %s\n", h.work)
+		return
+	}
+	_ = os.RemoveAll(h.work)
+}
+
+// buildStamp compiles stamp.c without libc where it can (the fastest to
+// start), else statically against libc (no dynamic loader), else as gcc
+// manages. The table's notes say which.
+func (h *harness) buildStamp() (string, error) {
+	src := filepath.Join(h.work, "stamp.c")
+	bin := filepath.Join(h.work, "stamp")
+	if err := os.WriteFile(src, stampSource, 0o600); err != nil {
+		return "", err
+	}
+	builds := []struct {
+		name  string
+		flags []string
+	}{
+		{"static, without libc", []string{"-static", "-nostdlib", "-ffreestanding", "-fno-builtin", "-fno-stack-protector", "-DSTAMP_NOLIBC"}},
+		{"static against libc", []string{"-static"}},
+		{"dynamic", nil},
+	}
+	var failed []string
+	for _, b := range builds {
+		args := append(append([]string{"-O2"}, b.flags...), "-o", bin, src)
+		out, err := exec.Command("gcc", args...).CombinedOutput()
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %s", b.name, firstLine(out)))
+			continue
+		}
+		// A build that links but cannot run (say, the no-libc start-up on
+		// an unexpected ABI) is no better than one that fails.
+		probe := filepath.Join(h.work, "stamp-probe")
+		if out, err := exec.Command(bin, probe).CombinedOutput(); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: built but does not run: %v %s", b.name, err, firstLine(out)))
+			continue
+		}
+		if _, err := readStamp(probe); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: built but wrote no stamp: %v", b.name, err))
+			continue
+		}
+		note := "The stamp program was built " + b.name + "."
+		if len(failed) > 0 {
+			note += " Builds tried first failed: " + strings.Join(failed, "; ")
+		}
+		h.notes = append(h.notes, note)
+		return bin, nil
+	}
+	return "", fmt.Errorf("gcc could not build the stamp program: %s", strings.Join(failed, "; "))
+}
+
+func (h *harness) buildFencerun() (string, error) {
+	if h.cfg.Fencerun != "" {
+		if _, err := os.Stat(h.cfg.Fencerun); err != nil {
+			return "", err
+		}
+		return h.cfg.Fencerun, nil
+	}
+	bin := filepath.Join(h.work, "fencerun")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fencerun")
+	cmd.Dir = h.cfg.Root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("./cmd/fencerun does not build: %s", firstLine(out))
+	}
+	return bin, nil
+}
+
+// scenarioDir makes a fresh state directory, 0700 as fencerun requires.
+func (h *harness) scenarioDir(name string) (string, error) {
+	return os.MkdirTemp(h.work, name+"-")
+}
+
+// firstLine is the first line of a tool's output that says something,
+// skipping go build's "# package" headers.
+func firstLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "# ") && i+1 < len(lines) {
+			continue
+		}
+		if i+1 < len(lines) {
+			l += " …"
+		}
+		return strings.TrimSpace(l)
+	}
+	return ""
+}

@@ -1,0 +1,115 @@
+// Command bench measures fencerun against its peers and writes the table of
+// BENCHMARKS.md (issue 3; SPEC.md P1–P6).
+//
+// It builds fencerun from ./cmd/fencerun and a tiny static stamp program
+// from bench/stamp/stamp.c, then runs each scenario on fresh state
+// directories of the file backend, alternating fencerun and flock(1) run by
+// run after warm-up runs. It prints the table, with each figure's median,
+// spread, ratio to the peer and goal, and writes it with the date and the
+// machine to BENCHMARKS.md.
+//
+// It guarantees that every figure in the table was measured in this run on
+// this machine, and that a figure it could not measure says why instead of
+// showing a number. It does not guarantee quiet: other load on the machine
+// lands in the figures, which is why runs are interleaved and medians
+// reported. It needs Linux, gcc and flock(1) (util-linux); nothing else.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	cfg := defaultConfig()
+	out := "BENCHMARKS.md"
+	flag.StringVar(&cfg.Root, "root", "", "module root (default: from `go env GOMOD`)")
+	flag.StringVar(&cfg.Fencerun, "fencerun", "", "fencerun binary to measure (default: build ./cmd/fencerun)")
+	flag.StringVar(&cfg.Tmp, "tmp", "", "directory for the scenarios' state (default: $TMPDIR or /tmp)")
+	flag.StringVar(&out, "out", out, "file to write the report to, relative to the module root; - or empty: stdout only")
+	flag.IntVar(&cfg.Runs, "runs", cfg.Runs, "recorded runs per tool (P1, P2 handoff, P3, P6 status)")
+	flag.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up runs per tool, not recorded")
+	flag.IntVar(&cfg.LoopWaiters, "loop-waiters", cfg.LoopWaiters, "P2 rate: contending processes")
+	flag.IntVar(&cfg.LoopRuns, "loop-runs", cfg.LoopRuns, "P2 rate: runs of each per round")
+	flag.IntVar(&cfg.LoopRounds, "loop-rounds", cfg.LoopRounds, "P2 rate: recorded rounds per tool")
+	flag.DurationVar(&cfg.Hold, "hold", cfg.Hold, "P4/P5: how long the lease is held")
+	flag.DurationVar(&cfg.HoldTTL, "hold-ttl", cfg.HoldTTL, "P4/P5: the lease's TTL")
+	flag.IntVar(&cfg.Holds, "holds", cfg.Holds, "P4/P5: holds per tool, at the same time")
+	flag.IntVar(&cfg.Keys, "keys", cfg.Keys, "P6: keys in the large store")
+	flag.IntVar(&cfg.FewKeys, "few-keys", cfg.FewKeys, "P6: keys in the small store")
+	flag.IntVar(&cfg.ListRuns, "list-runs", cfg.ListRuns, "P6: recorded runs of list")
+	flag.IntVar(&cfg.BenchCount, "bench-count", cfg.BenchCount, "-count for the store's Go benchmarks; 0 skips them")
+	flag.DurationVar(&cfg.Guard, "guard", cfg.Guard, "kill any process of the harness that runs longer (a failure guard)")
+	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work directory, to look at state and stderr files")
+	flag.Parse()
+
+	if err := run(cfg, out); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config, out string) error {
+	if cfg.Root == "" {
+		gomod, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil || strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
+			return fmt.Errorf("bench: not inside the fencerun module (go env GOMOD: %v); pass -root", err)
+		}
+		cfg.Root = filepath.Dir(strings.TrimSpace(string(gomod)))
+	}
+	h, err := newHarness(cfg)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	when := time.Now()
+	rows := h.measure()
+	doc := document(cfg, when, rows, h.notes, goBench(cfg))
+	fmt.Print(doc)
+	if out == "" || out == "-" {
+		return nil
+	}
+	if !filepath.IsAbs(out) {
+		out = filepath.Join(cfg.Root, out)
+	}
+	return os.WriteFile(out, []byte(doc), 0o644)
+}
+
+// measure runs every scenario in order, the long hold last but one so an
+// interrupted run has the quick figures first.
+func (h *harness) measure() []row {
+	h.calibrate()
+	rows := []row{h.uncontended(), h.handoff(), h.handoffRate()}
+	rows = append(rows, h.revoke()...)
+	rows = append(rows, h.hold()...)
+	rows = append(rows, h.keys()...)
+	return rows
+}
+
+// goBench runs the store's Go benchmarks and returns their output for
+// benchstat, or why they did not run.
+func goBench(cfg config) string {
+	if cfg.BenchCount == 0 {
+		return "not run (-bench-count 0)"
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Root, "store", "filestore")); err != nil {
+		return "not run: store/filestore does not exist yet"
+	}
+	fmt.Fprintln(os.Stderr, "bench: go test -bench ./store/filestore/")
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", strconv.Itoa(cfg.BenchCount), "./store/filestore/")
+	cmd.Dir = cfg.Root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("go test -bench failed: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "Benchmark") {
+		return "store/filestore has no benchmarks yet\n" + string(out)
+	}
+	return string(out)
+}

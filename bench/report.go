@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// row is one figure of the table: fencerun's sample, the peer's (nil where
+// no peer exists) and the goal SPEC.md sets for it.
+type row struct {
+	id       string // P1..P7
+	figure   string
+	unit     unit
+	subj     *sample
+	peer     *sample
+	peerName string
+	goal     goal
+}
+
+func newRow(id, figure string, u unit, peerName string, g goal) row {
+	r := row{id: id, figure: figure, unit: u, subj: &sample{}, peerName: peerName, goal: g}
+	if peerName != "" {
+		r.peer = &sample{}
+	}
+	return r
+}
+
+// goal is a target on the medians; met nil means the figure has none.
+type goal struct {
+	text      string
+	met       func(subj, peer float64) bool
+	needsPeer bool
+}
+
+func ratioAtMost(x float64) goal {
+	return goal{
+		text:      fmt.Sprintf("≤ %gx peer", x),
+		met:       func(s, p float64) bool { return s <= x*p },
+		needsPeer: true,
+	}
+}
+
+func atMost(limit float64, u unit) goal {
+	text := u.format(limit)
+	if u == seconds && limit < 1 {
+		text = fmt.Sprintf("%g ms", limit*1e3)
+	}
+	if u == bytes {
+		text = fmt.Sprintf("%g MiB", limit/(1<<20))
+	}
+	return goal{text: "≤ " + text, met: func(s, _ float64) bool { return s <= limit }}
+}
+
+// verdict is the met? cell: yes, no, — (no goal), or unknown (not measured).
+func (r row) verdict() string {
+	switch {
+	case r.goal.met == nil:
+		return "—"
+	case !r.subj.ok(), r.goal.needsPeer && !r.peer.ok():
+		return "unknown"
+	case r.goal.met(r.subj.median(), r.peerMedian()):
+		return "yes"
+	}
+	return "**no**"
+}
+
+func (r row) peerMedian() float64 {
+	if !r.peer.ok() {
+		return math.NaN()
+	}
+	return r.peer.median()
+}
+
+func (r row) ratio() string {
+	if !r.subj.ok() || !r.peer.ok() || r.peer.median() == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2fx", r.subj.median()/r.peer.median())
+}
+
+// table renders the rows as markdown. Reasons a figure was not measured
+// become numbered notes, each said once however many cells it empties.
+func table(rows []row) (string, []string) {
+	var notes []string
+	seen := map[string]int{}
+	why := func(err error) string {
+		msg := err.Error()
+		n, ok := seen[msg]
+		if !ok {
+			notes = append(notes, msg)
+			n = len(notes)
+			seen[msg] = n
+		}
+		return fmt.Sprintf("not measured [%d]", n)
+	}
+	median := func(s *sample, u unit) string {
+		if !s.ok() {
+			if s.err == nil {
+				return why(fmt.Errorf("no values recorded"))
+			}
+			return why(s.err)
+		}
+		return u.format(s.median())
+	}
+	var b strings.Builder
+	b.WriteString("| figure | fencerun median | spread (p10–p90) | peer median | ratio | goal | met? |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		spread := "—"
+		if r.subj.ok() {
+			spread = fmt.Sprintf("%s – %s (n=%d)", r.unit.format(r.subj.quantile(0.1)), r.unit.format(r.subj.quantile(0.9)), len(r.subj.vals))
+		}
+		peer := "—"
+		if r.peer != nil {
+			peer = median(r.peer, r.unit)
+			if r.peer.ok() {
+				peer += " (" + r.peerName + ")"
+			}
+		}
+		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s | %s | %s |\n",
+			r.id, r.figure, median(r.subj, r.unit), spread, peer, r.ratio(), r.goal.text, r.verdict())
+	}
+	return b.String(), notes
+}
+
+// machine describes where the figures were taken, for the header.
+func machine(cfg config) []string {
+	lines := []string{
+		fmt.Sprintf("CPUs (nproc): %d", runtime.NumCPU()),
+		"CPU model: " + cpuModel(),
+		"kernel: " + kernel(),
+		"Go: " + runtime.Version(),
+		fmt.Sprintf("state directories on: %s (%s)", fsType(cfg.Tmp), tmpDir(cfg)),
+	}
+	if out, err := exec.Command("flock", "--version").Output(); err == nil {
+		lines = append(lines, "peer: "+firstLine(out))
+	}
+	rev := exec.Command("git", "describe", "--always", "--dirty")
+	rev.Dir = cfg.Root
+	if out, err := rev.Output(); err == nil {
+		lines = append(lines, "fencerun revision: "+firstLine(out))
+	}
+	return lines
+}
+
+func tmpDir(cfg config) string {
+	if cfg.Tmp != "" {
+		return cfg.Tmp
+	}
+	return os.TempDir()
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func kernel() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return "Linux " + unix.ByteSliceToString(u.Release[:])
+}
+
+// fsType names the filesystem the state directories live on: fsyncs cost
+// nothing on tmpfs and much on a disk, which moves fencerun's figures and
+// not flock(1)'s.
+func fsType(dir string) string {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return "unknown"
+	}
+	switch uint32(st.Type) {
+	case unix.EXT4_SUPER_MAGIC:
+		return "ext4"
+	case unix.TMPFS_MAGIC:
+		return "tmpfs"
+	case unix.XFS_SUPER_MAGIC:
+		return "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		return "btrfs"
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "overlayfs"
+	}
+	return fmt.Sprintf("filesystem 0x%x", st.Type)
+}
+
+// document is BENCHMARKS.md: when and where, the table, its notes, how each
+// figure is taken, and the store's Go benchmarks.
+func document(cfg config, when time.Time, rows []row, harnessNotes []string, gobench string) string {
+	tbl, notes := table(rows)
+	var b strings.Builder
+	b.WriteString("# Benchmarks\n\n")
+	fmt.Fprintf(&b, "Measured by `just bench` (`go run ./bench`) on %s. Anyone can regenerate these numbers\n", when.UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString("with the same command on a clone; absolute figures follow the machine, the ratios much less.\n\n")
+	for _, l := range machine(cfg) {
+		fmt.Fprintf(&b, "- %s\n", l)
+	}
+	fmt.Fprintf(&b, "- counts: %d runs per tool after %d warm-up, interleaved; handoff loop %d rounds of %d waiters × %d runs; %d holds per tool; list %d runs\n\n",
+		cfg.Runs, cfg.Warmup, cfg.LoopRounds, cfg.LoopWaiters, cfg.LoopRuns, cfg.Holds, cfg.ListRuns)
+	b.WriteString(tbl)
+	if len(notes) > 0 {
+		b.WriteString("\nNot measured:\n\n")
+		for i, n := range notes {
+			fmt.Fprintf(&b, "%d. %s\n", i+1, strings.ReplaceAll(n, "\n", " "))
+		}
+	}
+	b.WriteString("\n## How each figure is taken\n\n")
+	for _, l := range method(cfg) {
+		fmt.Fprintf(&b, "- %s\n", l)
+	}
+	for _, n := range harnessNotes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	b.WriteString("\n## Go benchmarks of the store (for benchstat)\n\n")
+	b.WriteString("```text\n" + strings.TrimRight(gobench, "\n") + "\n```\n")
+	return b.String()
+}
+
+func method(cfg config) []string {
+	return []string{
+		"Every scenario gets fresh state directories (the file backend; flock(1) locks a file in one); fencerun and flock(1) alternate run by run, after warm-up runs that are not recorded. Spread is p10–p90 of the recorded runs; ratio is fencerun's median over the peer's.",
+		"P1: wall time of the whole process, fork to wait, as the harness sees it: `fencerun --dir D run --key k -- true` against `flock D/k.lock true`.",
+		"P2 handoff: the holder's command is `sh -c 'read x < FIFO; exec stamp t_exit'`; a waiter runs `stamp t_start` under the same lock. Once the waiter is queued (fencerun: `status --json` lists its pid; flock: /proc/locks shows it blocked) and all its threads have been asleep for 5 looks 1 ms apart, the harness writes the fifo. The figure is t_start − t_exit, both CLOCK_MONOTONIC stamps taken by a static C program (bench/stamp/stamp.c) as its first act.",
+		fmt.Sprintf("P2 rate: %d processes each run `true` under one lock %d times; the rate counts completions from the %dth to the %dth from last, leaving out ramp-up and drain.", cfg.LoopWaiters, cfg.LoopRuns, cfg.LoopWaiters, cfg.LoopWaiters),
+		"P3: the holder runs `sh -c 'sleep 1000 & sleep 1000 & wait'`; the harness opens pidfds on the shell and both sleeps, then starts `fencerun release k --force` and polls the pidfds until all three have exited. The holder must exit 76. No peer: flock(1) has no revocation.",
+		fmt.Sprintf("P4/P5: %d wrappers of each tool hold a lock at once for %s (fencerun with --ttl %s), their command `sh -c 'read x < FIFO'`. VmHWM is read from /proc/PID/status just before the command is let go; CPU is utime+stime from wait4, so it includes startup, acquire, release and the shell (under 1 ms).", cfg.Holds, cfg.Hold, cfg.HoldTTL),
+		fmt.Sprintf("P6: keys are made through the CLI (`run --key bench-NNNNN -- true`, leaving free records), and `list --json` must show them all. list runs with stdout to /dev/null. status of the same key runs alternately in a store of %s keys and one of %d; the goal is that it does not grow (≤ 1.5x).", thousands(cfg.Keys), cfg.FewKeys),
+		"P7 (etcd) rows come with the etcd backend: a tool for `fencerun --etcd` and one for `etcdctl lock` against the same etcd, through the same P1 and P2 scenarios.",
+	}
+}

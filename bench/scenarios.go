@@ -1,0 +1,576 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// interleave runs one iteration of each tool in turn, A B A B ..., so that
+// drift in the machine (clock frequency, caches, other load) lands on all of
+// them alike. The first warm iterations are run and not recorded. A tool
+// that failed once is not run again: its figure says why.
+func interleave(tools []*tool, samples []*sample, warm, n int, one func(j int, t *tool) (float64, error)) {
+	for j, t := range tools {
+		if t.err != nil {
+			samples[j].fail(t.err)
+		}
+	}
+	for i := range warm + n {
+		for j, t := range tools {
+			if samples[j].err != nil {
+				continue
+			}
+			v, err := one(j, t)
+			switch {
+			case err != nil:
+				samples[j].fail(err)
+			case i >= warm:
+				samples[j].add(v)
+			}
+		}
+	}
+}
+
+// specs makes a fresh state directory for each tool of a scenario.
+func (h *harness) specs(name string, tools []*tool, samples []*sample) []lockSpec {
+	specs := make([]lockSpec, len(tools))
+	for j := range tools {
+		dir, err := h.scenarioDir(fmt.Sprintf("%s-%d", name, j))
+		if err != nil {
+			samples[j].fail(err)
+		}
+		specs[j] = lockSpec{dir: dir, key: "k"}
+	}
+	return specs
+}
+
+func (h *harness) pair() []*tool { return []*tool{h.fencerun, h.flock} }
+
+func (h *harness) progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+// calibrate measures the floor under every figure: what the harness pays to
+// spawn a process, and how soon the stamp program takes its stamp.
+func (h *harness) calibrate() {
+	var spawn, stamp sample
+	for i := range h.cfg.Warmup + h.cfg.Runs {
+		d, err := h.runTimed([]string{"true"}, 0)
+		if err != nil {
+			spawn.fail(err)
+		} else if i >= h.cfg.Warmup {
+			spawn.add(d.Seconds())
+		}
+		if h.stampErr != nil {
+			stamp.fail(h.stampErr)
+			continue
+		}
+		v, err := h.stampLatency()
+		if err != nil {
+			stamp.fail(err)
+		} else if i >= h.cfg.Warmup {
+			stamp.add(v)
+		}
+	}
+	h.notes = append(h.notes,
+		"Floor: the harness (Go os/exec) spawns and waits for `true` in "+describe(&spawn, seconds)+"; every wall time above includes this.",
+		"Stamp: from just before the harness forks it to the stamp it takes, "+describe(&stamp, seconds)+".")
+}
+
+func (h *harness) stampLatency() (float64, error) {
+	path := filepath.Join(h.work, "calibrate-stamp")
+	_ = os.Remove(path)
+	cmd := exec.Command(h.stamp, path)
+	cmd.Env = h.env
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, err
+	}
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("stamp: %w", err)
+	}
+	got, err := readStamp(path)
+	if err != nil {
+		return 0, err
+	}
+	return float64(got-ts.Nano()) / 1e9, nil
+}
+
+func describe(s *sample, u unit) string {
+	if !s.ok() {
+		return fmt.Sprintf("(not measured: %v)", s.err)
+	}
+	return fmt.Sprintf("median %s (p10–p90 %s–%s, n=%d)", u.format(s.median()), u.format(s.quantile(0.1)), u.format(s.quantile(0.9)), len(s.vals))
+}
+
+// uncontended is P1: the wall time of running `true` under a free lock.
+func (h *harness) uncontended() row {
+	h.progress("P1 uncontended runs")
+	r := newRow("P1", "uncontended `run --key k -- true`, wall time", seconds, h.flock.name, ratioAtMost(2))
+	tools, samples := h.pair(), []*sample{r.subj, r.peer}
+	specs := h.specs("p1", tools, samples)
+	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
+		d, err := h.runTimed(t.argv(specs[j], "true"), 0)
+		return d.Seconds(), err
+	})
+	return r
+}
+
+// handoff is P2's latency: from the holder's command exiting to the queued
+// waiter's command starting, both moments stamped on CLOCK_MONOTONIC.
+func (h *harness) handoff() row {
+	h.progress("P2 handoff latency")
+	r := newRow("P2", "handoff: holder's command exits → waiter's command starts", seconds, h.flock.name, ratioAtMost(1.5))
+	tools, samples := h.pair(), []*sample{r.subj, r.peer}
+	if h.stampErr != nil {
+		r.subj.fail(h.stampErr)
+		r.peer.fail(h.stampErr)
+		return r
+	}
+	specs := h.specs("p2", tools, samples)
+	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
+		return h.handoffOnce(t, specs[j])
+	})
+	return r
+}
+
+// handoffOnce holds l with a command that waits on a fifo and then execs the
+// stamp as its last act; queues a waiter whose command is the stamp; waits
+// until the waiter is queued and asleep; then lets the holder go.
+func (h *harness) handoffOnce(t *tool, l lockSpec) (float64, error) {
+	fifo := filepath.Join(l.dir, "go")
+	exitStamp := filepath.Join(l.dir, "t_exit")
+	startStamp := filepath.Join(l.dir, "t_start")
+	for _, p := range []string{exitStamp, startStamp} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, err
+		}
+	}
+	if err := mkfifo(fifo); err != nil {
+		return 0, err
+	}
+	holder, err := h.start(t.argv(l, "sh", "-c", `read x < "$1"; exec "$2" "$3"`, "sh", fifo, h.stamp, exitStamp))
+	if err != nil {
+		return 0, err
+	}
+	// The open returns once the holder's command has the fifo open: it runs,
+	// so its wrapper holds the lock.
+	w, err := openFIFO(fifo, os.O_WRONLY, holder.done, h.cfg.Guard)
+	if err != nil {
+		holder.kill()
+		return 0, fmt.Errorf("holder's command did not start: %w%s", err, holder.stderrTail())
+	}
+	waiter, err := h.start(t.argv(l, h.stamp, startStamp))
+	if err != nil {
+		w.Close()
+		holder.kill()
+		return 0, err
+	}
+	if err := h.settle(t, l, waiter); err != nil {
+		w.Close()
+		holder.kill()
+		waiter.kill()
+		return 0, err
+	}
+	_, werr := w.WriteString("\n")
+	if err := errors.Join(werr, w.Close(), holder.wait(0), waiter.wait(0)); err != nil {
+		holder.kill()
+		waiter.kill()
+		return 0, err
+	}
+	exited, err := readStamp(exitStamp)
+	if err != nil {
+		return 0, fmt.Errorf("holder's stamp: %w", err)
+	}
+	started, err := readStamp(startStamp)
+	if err != nil {
+		return 0, fmt.Errorf("waiter's stamp: %w", err)
+	}
+	if started < exited {
+		return 0, fmt.Errorf("the waiter's command started %d µs before the holder's exited: exclusion broken", (exited-started)/1000)
+	}
+	return float64(started-exited) / 1e9, nil
+}
+
+// settle waits until p is queued for l and every thread of it has been
+// asleep for a few consecutive looks: then the handoff measures waking a
+// settled waiter, not one still starting up.
+func (h *harness) settle(t *tool, l lockSpec, p *proc) error {
+	deadline := time.Now().Add(h.cfg.Guard)
+	for queued := false; !queued; {
+		select {
+		case <-p.done:
+			return fmt.Errorf("waiter ended (exit code %d) before the holder let go%s", p.cmd.ProcessState.ExitCode(), p.stderrTail())
+		default:
+		}
+		var err error
+		if queued, err = t.queued(l, p.pid()); err != nil {
+			return fmt.Errorf("is the waiter queued: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiter %d was not seen queued within %s", p.pid(), h.cfg.Guard)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for calm := 0; calm < 5; {
+		ok, err := asleep(p.pid())
+		if err != nil {
+			return fmt.Errorf("is the waiter asleep: %w", err)
+		}
+		if ok {
+			calm++
+		} else {
+			calm = 0
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiter %d did not settle asleep within %s", p.pid(), h.cfg.Guard)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// handoffRate is P2's throughput: LoopWaiters processes each run `true`
+// under one lock LoopRuns times, so every run but the first waits in a queue.
+func (h *harness) handoffRate() row {
+	h.progress("P2 handoff rate, %d waiters", h.cfg.LoopWaiters)
+	r := newRow("P2", fmt.Sprintf("handoffs per second, %d waiters in a loop", h.cfg.LoopWaiters), perSec, h.flock.name, goal{text: "—"})
+	tools, samples := h.pair(), []*sample{r.subj, r.peer}
+	specs := h.specs("p2rate", tools, samples)
+	interleave(tools, samples, min(h.cfg.Warmup, 1), h.cfg.LoopRounds, func(j int, t *tool) (float64, error) {
+		return h.loopRound(t, specs[j])
+	})
+	return r
+}
+
+// loopRound returns the rate of completions between the LoopWaiters-th
+// first and the LoopWaiters-th last, leaving out the ramp-up (not everyone
+// queued yet) and the drain (the queue emptying).
+func (h *harness) loopRound(t *tool, l lockSpec) (float64, error) {
+	n, per := h.cfg.LoopWaiters, h.cfg.LoopRuns
+	var (
+		mu   sync.Mutex
+		ends []time.Time
+		wg   sync.WaitGroup
+		gate = make(chan struct{})
+		errs = make([]error, n)
+	)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			for range per {
+				if _, err := h.runTimed(t.argv(l, "true"), 0); err != nil {
+					errs[w] = err
+					return
+				}
+				mu.Lock()
+				ends = append(ends, time.Now())
+				mu.Unlock()
+			}
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+	win := ends[n : len(ends)-n]
+	span := win[len(win)-1].Sub(win[0]).Seconds()
+	if span <= 0 {
+		return 0, errors.New("handoff loop: no time passed between completions")
+	}
+	return float64(len(win)-1) / span, nil
+}
+
+// revoke is P3: from issuing `release --force` to the holder's whole tree
+// (its shell and two background sleeps) being dead, watched by pidfds.
+func (h *harness) revoke() []row {
+	h.progress("P3 release --force")
+	dead := newRow("P3", "`release --force` issued → holder's whole tree dead", seconds, "", atMost(0.100, seconds))
+	wall := newRow("P3", "`release --force` command, wall time", seconds, "", goal{text: "—"})
+	tools, samples := []*tool{h.fencerun}, []*sample{dead.subj}
+	specs := h.specs("p3", tools, samples)
+	calls := 0
+	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
+		d, w, err := h.revokeOnce(t, specs[j])
+		if calls++; err == nil && calls > h.cfg.Warmup {
+			wall.subj.add(w)
+		}
+		return d, err
+	})
+	wall.subj.err = dead.subj.err
+	return []row{dead, wall}
+}
+
+func (h *harness) revokeOnce(t *tool, l lockSpec) (dead, wall float64, err error) {
+	fifo := filepath.Join(l.dir, "pids")
+	if err := mkfifo(fifo); err != nil {
+		return 0, 0, err
+	}
+	holder, err := h.start(t.argv(l, "sh", "-c", `sleep 1000 & a=$!; sleep 1000 & b=$!; echo $$ $a $b > "$1"; wait`, "sh", fifo))
+	if err != nil {
+		return 0, 0, err
+	}
+	r, err := openFIFO(fifo, os.O_RDONLY, holder.done, h.cfg.Guard)
+	if err != nil {
+		holder.kill()
+		return 0, 0, fmt.Errorf("holder's command did not start: %w%s", err, holder.stderrTail())
+	}
+	line, err := io.ReadAll(r)
+	r.Close()
+	var pids []int
+	for _, f := range strings.Fields(string(line)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	// Whatever happens below, nothing of this holder's tree outlives the run.
+	defer func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		holder.kill()
+	}()
+	if err != nil || len(pids) != 3 {
+		return 0, 0, fmt.Errorf("holder's command said %q, want three pids: %v", line, err)
+	}
+	fds := make([]unix.PollFd, 0, len(pids))
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			return 0, 0, fmt.Errorf("pidfd_open %d: %w", pid, err)
+		}
+		defer unix.Close(fd)
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	}
+
+	t0 := time.Now()
+	rel, err := h.start(t.cli(l, "release", l.key, "--force"))
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := waitDead(fds, h.cfg.Guard); err != nil {
+		rel.kill()
+		return 0, 0, err
+	}
+	dead = time.Since(t0).Seconds()
+	if err := errors.Join(rel.wait(0), holder.wait(76)); err != nil {
+		return 0, 0, err
+	}
+	return dead, rel.ended.Sub(rel.started).Seconds(), nil
+}
+
+// waitDead blocks until every pidfd in fds is readable: its process exited.
+func waitDead(fds []unix.PollFd, guard time.Duration) error {
+	deadline := time.Now().Add(guard)
+	for len(fds) > 0 {
+		ms := int(time.Until(deadline) / time.Millisecond)
+		if ms <= 0 {
+			return fmt.Errorf("%d processes of the holder's tree still alive after %s", len(fds), guard)
+		}
+		n, err := unix.Poll(fds, ms)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("poll pidfds: %w", err)
+		}
+		if n > 0 {
+			fds = slices.DeleteFunc(fds, func(p unix.PollFd) bool { return p.Revents != 0 })
+		}
+	}
+	return nil
+}
+
+// hold is P4 and P5: Holds wrappers of each tool hold a lease at once for
+// Hold with a HoldTTL TTL, their command a shell blocked on a fifo. Peak RSS
+// is read from /proc just before the command is let go; CPU is the wrapper's
+// rusage from wait4, which includes its startup, acquire and release, and
+// the shell it waited for (under 1 ms, the same for every tool).
+func (h *harness) hold() []row {
+	h.progress("P4/P5 %d holds of %s at TTL %s", h.cfg.Holds, h.cfg.Hold, h.cfg.HoldTTL)
+	cpu := newRow("P4", fmt.Sprintf("CPU of the wrapper, %s hold at %s TTL", h.cfg.Hold, h.cfg.HoldTTL), seconds, h.flock.name, atMost(0.050, seconds))
+	rss := newRow("P5", "peak RSS (VmHWM) of the wrapper", bytes, h.flock.name, atMost(20<<20, bytes))
+	tools := h.pair()
+	cpus, rsss := []*sample{cpu.subj, cpu.peer}, []*sample{rss.subj, rss.peer}
+	type held struct {
+		j int
+		p *proc
+		w *os.File
+	}
+	var holds []held
+	for i := range h.cfg.Holds {
+		for j, t := range tools {
+			if t.err != nil {
+				cpus[j].fail(t.err)
+				rsss[j].fail(t.err)
+				continue
+			}
+			dir, err := h.scenarioDir(fmt.Sprintf("p4-%d-%d", j, i))
+			if err != nil {
+				cpus[j].fail(err)
+				continue
+			}
+			l := lockSpec{dir: dir, key: "k", ttl: h.cfg.HoldTTL}
+			fifo := filepath.Join(dir, "go")
+			if err := mkfifo(fifo); err != nil {
+				cpus[j].fail(err)
+				continue
+			}
+			p, err := h.start(t.argv(l, "sh", "-c", `read x < "$1"`, "sh", fifo))
+			if err != nil {
+				cpus[j].fail(err)
+				continue
+			}
+			w, err := openFIFO(fifo, os.O_WRONLY, p.done, h.cfg.Guard)
+			if err != nil {
+				p.kill()
+				cpus[j].fail(fmt.Errorf("held command did not start: %w%s", err, p.stderrTail()))
+				continue
+			}
+			holds = append(holds, held{j, p, w})
+		}
+	}
+	time.Sleep(h.cfg.Hold) // the figure is the cost of holding this long
+	for _, x := range holds {
+		if v, err := vmHWM(x.p.pid()); err != nil {
+			rsss[x.j].fail(err)
+		} else {
+			rsss[x.j].add(v)
+		}
+		_, _ = x.w.WriteString("\n")
+		x.w.Close()
+	}
+	for _, x := range holds {
+		if err := x.p.wait(0); err != nil {
+			cpus[x.j].fail(err)
+			continue
+		}
+		ru, ok := x.p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		if !ok {
+			cpus[x.j].fail(errors.New("no rusage"))
+			continue
+		}
+		cpus[x.j].add(time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime)).Seconds())
+	}
+	for j := range tools {
+		if rsss[j].err == nil && cpus[j].err != nil && len(rsss[j].vals) == 0 {
+			rsss[j].fail(cpus[j].err)
+		}
+	}
+	return []row{cpu, rss}
+}
+
+func keyName(i int) string { return fmt.Sprintf("bench-%05d", i) }
+
+// keys is P6: list over Keys keys, and status of one key in a store of Keys
+// keys against the same in a store of FewKeys keys.
+func (h *harness) keys() []row {
+	list := newRow("P6", fmt.Sprintf("`list` over %s keys", thousands(h.cfg.Keys)), seconds, "", atMost(1, seconds))
+	status := newRow("P6", fmt.Sprintf("`status` of one key among %s keys (peer: among %d)", thousands(h.cfg.Keys), h.cfg.FewKeys),
+		seconds, fmt.Sprintf("%d keys", h.cfg.FewKeys), ratioAtMost(1.5))
+	t := h.fencerun
+	if t.err != nil {
+		for _, s := range []*sample{list.subj, status.subj, status.peer} {
+			s.fail(t.err)
+		}
+		return []row{list, status}
+	}
+	var stores [2]lockSpec // many keys, few keys
+	for i, n := range []int{h.cfg.Keys, h.cfg.FewKeys} {
+		h.progress("P6 making %d keys", n)
+		dir, err := h.scenarioDir(fmt.Sprintf("p6-%d", n))
+		if err == nil {
+			err = h.populate(t, dir, n)
+		}
+		if err != nil {
+			err = fmt.Errorf("making %d keys: %w", n, err)
+			for _, s := range []*sample{list.subj, status.subj, status.peer} {
+				s.fail(err)
+			}
+			return []row{list, status}
+		}
+		stores[i] = lockSpec{dir: dir, key: keyName(h.cfg.FewKeys / 2)}
+	}
+	h.progress("P6 list and status")
+	interleave([]*tool{t}, []*sample{list.subj}, min(h.cfg.Warmup, 1), h.cfg.ListRuns, func(int, *tool) (float64, error) {
+		d, err := h.runTimed(t.cli(stores[0], "list"), 0)
+		return d.Seconds(), err
+	})
+	interleave([]*tool{t, t}, []*sample{status.subj, status.peer}, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
+		d, err := h.runTimed(t.cli(stores[j], "status", stores[j].key), 0)
+		return d.Seconds(), err
+	})
+	return []row{list, status}
+}
+
+// populate makes n keys through the real CLI, two runs per CPU at a time,
+// and checks that `list --json` sees them all.
+func (h *harness) populate(t *tool, dir string, n int) error {
+	var (
+		next  = make(chan int)
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for range 2 * runtime.NumCPU() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if _, err := h.runTimed(t.argv(lockSpec{dir: dir, key: keyName(i)}, "true"), 0); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	out, err := h.output(t.cli(lockSpec{dir: dir}, "list", "--json"))
+	if err != nil {
+		return err
+	}
+	var all []json.RawMessage
+	if err := json.Unmarshal(out, &all); err != nil {
+		return fmt.Errorf("list --json: %w: %.200s", err, out)
+	}
+	if len(all) != n {
+		return fmt.Errorf("list --json shows %d keys, want %d", len(all), n)
+	}
+	return nil
+}
+
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

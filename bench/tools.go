@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// lockSpec names one lock: the state directory the scenario made for it
+// (fresh per scenario, so runs never see each other's state), the key, and
+// the lease duration where the tool has one.
+type lockSpec struct {
+	dir string
+	key string
+	ttl time.Duration // 0: the tool's default
+}
+
+// A tool is one way to run a command while holding a lock: fencerun on a
+// backend, or a peer it is measured against. The etcd rows (P7) add a
+// fencerun --etcd tool and an `etcdctl lock` peer of this shape.
+type tool struct {
+	name string
+	err  error // set: the tool cannot run here, and why
+	// argv runs cmd while holding l, waiting for it as long as it takes.
+	argv func(l lockSpec, cmd ...string) []string
+	// queued reports whether the process pid is waiting for l: it has
+	// asked for the lock and is not holding it.
+	queued func(l lockSpec, pid int) (bool, error)
+	// cli runs one of fencerun's other commands (status, list, release)
+	// against l's store; nil for a peer that has none.
+	cli func(l lockSpec, args ...string) []string
+}
+
+func (h *harness) fencerunTool(bin string, buildErr error) *tool {
+	t := &tool{name: "fencerun", err: buildErr}
+	t.argv = func(l lockSpec, cmd ...string) []string {
+		argv := []string{bin, "--dir", l.dir, "run", "--key", l.key}
+		if l.ttl > 0 {
+			argv = append(argv, "--ttl", l.ttl.String())
+		}
+		return append(append(argv, "--"), cmd...)
+	}
+	t.cli = func(l lockSpec, args ...string) []string {
+		return append([]string{bin, "--dir", l.dir}, args...)
+	}
+	t.queued = func(l lockSpec, pid int) (bool, error) {
+		out, err := h.output(t.cli(l, "status", l.key, "--json"))
+		if err != nil {
+			return false, err
+		}
+		var st struct {
+			Waiters []struct {
+				PID int `json:"pid"`
+			} `json:"waiters"`
+		}
+		if err := json.Unmarshal(out, &st); err != nil {
+			return false, fmt.Errorf("status --json: %w: %.200s", err, out)
+		}
+		for _, w := range st.Waiters {
+			if w.PID == pid {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	return t
+}
+
+func (h *harness) flockTool(bin string, lookErr error) *tool {
+	t := &tool{name: "flock(1)", err: lookErr}
+	t.argv = func(l lockSpec, cmd ...string) []string {
+		return append([]string{bin, filepath.Join(l.dir, l.key+".lock")}, cmd...)
+	}
+	// A process blocked in flock(2) is listed in /proc/locks behind "->".
+	t.queued = func(_ lockSpec, pid int) (bool, error) {
+		f, err := os.Open("/proc/locks")
+		if err != nil {
+			return false, err
+		}
+		defer f.Close()
+		want := strconv.Itoa(pid)
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) > 5 && fields[1] == "->" && fields[2] == "FLOCK" && fields[5] == want {
+				return true, nil
+			}
+		}
+		return false, sc.Err()
+	}
+	return t
+}
