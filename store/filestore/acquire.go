@@ -1,0 +1,438 @@
+package filestore
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// Acquire takes the lease on key (see store.Store). The record with the new
+// fence is durable before Acquire returns. A record whose holder is dead
+// (its live lock is free) is taken over at once, and the dead holder is the
+// new Lease's Predecessor; a record whose holder is alive is never taken,
+// even past its expiry.
+func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (store.Lease, *store.Holder, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return nil, nil, err
+	}
+	if claim.TTL <= 0 {
+		return nil, nil, fmt.Errorf("filestore: ttl %v is not positive", claim.TTL)
+	}
+	if ctx.Err() != nil {
+		return nil, nil, fmt.Errorf("filestore: acquire %q: %w", key, context.Cause(ctx))
+	}
+	kd, err := s.keyDir(key, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if claim.PID == 0 {
+		claim.PID = os.Getpid()
+	}
+	if claim.Host == "" {
+		claim.Host = s.host
+	}
+	a := &acquirer{s: s, key: key, kd: kd, claim: claim}
+	l, holder, err := a.acquire(ctx)
+	if l == nil {
+		kd.close()
+		return nil, holder, err
+	}
+	return l, nil, nil
+}
+
+// acquirer is one call of Acquire.
+type acquirer struct {
+	s     *Store
+	key   string
+	kd    dir
+	claim store.Claim
+	entry *ownEntry // our queue entry while we wait
+	last  uint64    // the highest sequence number seen in the queue
+}
+
+// busy says who is in the way: whom to report, and which process to wait
+// behind (0: none known on this host).
+type busy struct {
+	holder *store.Holder
+	pid    int
+}
+
+func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
+	g, err := lockFile(ctx, a.kd, guardFile, true, unix.LOCK_EX)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, b, err := a.attempt()
+	if l != nil || err != nil || !a.claim.Wait {
+		unix.Close(g)
+		return l, b.holder, err
+	}
+	// Join the queue. The watches are in place before the entry appears, and
+	// every wake-up re-reads the state under the guard, so no change between
+	// a look and the sleep after it is missed.
+	w, err := newWaiter(ctx, a.kd)
+	if err == nil {
+		defer w.close()
+		err = a.enqueue(w)
+	}
+	unix.Close(g)
+	if err != nil {
+		a.leave()
+		return nil, nil, err
+	}
+	a.s.log.Debug("waiting for the lease", "key", a.key, "entry", a.entry.name)
+	for {
+		w.sleep(b.pid)
+		if ctx.Err() != nil {
+			a.leave()
+			return nil, nil, fmt.Errorf("filestore: waiting for %q: %w", a.key, context.Cause(ctx))
+		}
+		g, err := lockFile(ctx, a.kd, guardFile, true, unix.LOCK_EX)
+		if err != nil {
+			a.leave()
+			return nil, nil, err
+		}
+		l, b, err = a.attempt()
+		unix.Close(g)
+		if l != nil {
+			return l, nil, nil
+		}
+		if err != nil {
+			a.leave()
+			return nil, nil, err
+		}
+	}
+}
+
+// attempt takes the lease if it is our turn and live is free. The caller
+// holds the guard exclusively. Dead waiters' entries are removed on the way.
+func (a *acquirer) attempt() (*Lease, busy, error) {
+	rec, _, err := readRecord(a.kd)
+	if err != nil {
+		return nil, busy{}, err
+	}
+	q, err := a.s.readQueue(a.kd, true, nil)
+	if err != nil {
+		return nil, busy{}, err
+	}
+	ahead := q
+	if a.entry != nil {
+		pos := -1
+		for i := range q {
+			if q[i].ino == a.entry.ino {
+				pos = i
+			}
+		}
+		if pos < 0 {
+			return nil, busy{}, fmt.Errorf("filestore: queue entry %s was removed by someone else while waiting", a.entry.qd.join(a.entry.name))
+		}
+		ahead = q[:pos]
+	}
+	if len(q) > 0 {
+		a.last = q[len(q)-1].seq
+	}
+	live, err := openFile(a.kd, liveFile, unix.O_RDONLY|unix.O_CREAT)
+	if err != nil {
+		return nil, busy{}, err
+	}
+	free := true
+	switch err := unix.Flock(live, unix.LOCK_EX|unix.LOCK_NB); err {
+	case nil:
+	case unix.EWOULDBLOCK:
+		free = false
+	default:
+		unix.Close(live)
+		return nil, busy{}, fmt.Errorf("filestore: lock %s: %w", a.kd.join(liveFile), err)
+	}
+	if free && len(ahead) == 0 {
+		l, err := a.take(rec, live)
+		return l, busy{}, err
+	}
+	unix.Close(live) // and with it the lock, if we got it out of turn
+	var b busy
+	if free {
+		h := ahead[0].w.holder()
+		b.holder = &h
+	} else {
+		b.holder = rec.Holder.holder(rec.Fence)
+		if b.holder == nil { // live held without a record: not ours to describe
+			b.holder = &store.Holder{Fence: rec.Fence}
+		}
+		b.pid = a.localPID(rec.Holder.pidHost())
+	}
+	if len(ahead) > 0 {
+		last := ahead[len(ahead)-1].w
+		b.pid = a.localPID(last.PID, last.Host)
+	}
+	return nil, b, nil
+}
+
+func (a *acquirer) localPID(pid int, host string) int {
+	if host != a.s.host {
+		return 0
+	}
+	return pid
+}
+
+func (h *holderRecord) pidHost() (int, string) {
+	if h == nil {
+		return 0, ""
+	}
+	return h.PID, h.Host
+}
+
+// take writes the record that makes us the holder, durably, and returns the
+// Lease. live is open and locked; the caller holds the guard.
+func (a *acquirer) take(rec record, live int) (*Lease, error) {
+	token, err := newToken()
+	if err != nil {
+		unix.Close(live)
+		return nil, err
+	}
+	// Watch before writing, so that no revocation or cancel after the write
+	// can be missed; our own write's events are drained before the watch
+	// starts delivering.
+	in, err := newHolderWatch(a.kd)
+	if err != nil {
+		unix.Close(live)
+		return nil, err
+	}
+	now := a.s.now()
+	next := record{
+		Fence:   rec.Fence + 1,
+		Version: rec.Version + 1,
+		Token:   token,
+		Holder: &holderRecord{
+			Name:     a.claim.Name,
+			PID:      a.claim.PID,
+			Host:     a.claim.Host,
+			Reason:   a.claim.Reason,
+			Marker:   a.claim.Marker,
+			Acquired: now,
+			Expires:  now.Add(a.claim.TTL),
+		},
+	}
+	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{syncDir: true}); err != nil {
+		unix.Close(in)
+		unix.Close(live)
+		return nil, err
+	}
+	a.leave()
+	if err := unix.Unlinkat(a.kd.fd, cancelFile, 0); err != nil && err != unix.ENOENT {
+		a.s.log.Warn("cannot remove an old cancel request", "path", a.kd.join(cancelFile), "error", err)
+	}
+	pred := rec.Predecessor
+	if rec.Holder != nil {
+		pred = rec.Holder // live was free: its holder died holding the lease
+	}
+	l := &Lease{
+		s:       a.s,
+		key:     a.key,
+		kd:      a.kd,
+		live:    live,
+		fence:   next.Fence,
+		token:   token,
+		ttl:     a.claim.TTL,
+		version: next.Version,
+		pred:    pred.holder(rec.Fence),
+		changes: make(chan struct{}, 1),
+	}
+	l.watch = startHolderWatch(in, l.changes, a.s.log)
+	if pred != nil {
+		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", rec.Fence, "fence", next.Fence)
+	}
+	a.s.log.Debug("acquired", "key", a.key, "fence", next.Fence)
+	return l, nil
+}
+
+func newToken() (string, error) {
+	var b [tokenLen / 2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("filestore: make a lease token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// enqueue appends our entry to the queue, locked before it becomes
+// visible. The caller holds the guard exclusively.
+func (a *acquirer) enqueue(w *waiter) error {
+	qd, err := openDir(a.kd, queueDir, true)
+	if err != nil {
+		return err
+	}
+	if err := w.watch(qd, queueMask); err != nil {
+		qd.close()
+		return err
+	}
+	entry := waiterRecord{PID: a.claim.PID, Host: a.claim.Host, Name: a.claim.Name, Reason: a.claim.Reason, Since: a.s.now()}
+	data := entry.marshal()
+	for seq := a.last + 1; ; seq++ {
+		name := formatSeq(seq)
+		fd, err := writeAtomic(qd, name, data, writeOpts{locked: true, noReplace: true})
+		if errors.Is(err, unix.EEXIST) {
+			continue // a stray entry we did not list; take the next number
+		}
+		if err != nil {
+			qd.close()
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			unix.Unlinkat(qd.fd, name, 0)
+			qd.close()
+			return fmt.Errorf("filestore: stat %s: %w", qd.join(name), err)
+		}
+		a.entry = &ownEntry{qd: qd, name: name, fd: fd, ino: st.Ino}
+		return nil
+	}
+}
+
+// leave removes our queue entry, if any.
+func (a *acquirer) leave() {
+	if a.entry != nil {
+		a.entry.remove()
+		a.entry = nil
+	}
+}
+
+// ownEntry is the queue entry of a waiter in this process, locked by it.
+type ownEntry struct {
+	qd   dir
+	name string
+	fd   int
+	ino  uint64
+}
+
+// remove unlinks the entry and then drops its lock, in that order, so that
+// nobody sees it unlocked and takes it for a dead waiter's meanwhile.
+func (e *ownEntry) remove() {
+	var st unix.Stat_t
+	if unix.Fstatat(e.qd.fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Ino == e.ino {
+		unix.Unlinkat(e.qd.fd, e.name, 0)
+	}
+	unix.Close(e.fd)
+	e.qd.close()
+}
+
+// queued is a live waiter's entry.
+type queued struct {
+	name string
+	seq  uint64
+	ino  uint64
+	w    waiterRecord
+}
+
+const seqDigits = 20
+
+func formatSeq(seq uint64) string { return fmt.Sprintf("%020d", seq) }
+
+func parseSeq(name string) (uint64, bool) {
+	if len(name) != seqDigits {
+		return 0, false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < '0' || name[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(name, 10, 64)
+	return n, err == nil
+}
+
+// readQueue reads the live waiters of a key in arrival order. Entries
+// whose lock is free belong to dead waiters: they are skipped, and with
+// removeDead (only under the guard held exclusively) removed, each reported
+// to removed. A garbage entry or a name that is not an entry is corrupt
+// state; a symlink is unsafe.
+func (s *Store) readQueue(kd dir, removeDead bool, removed func(path string)) ([]queued, error) {
+	qd, err := openDir(kd, queueDir, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer qd.close()
+	names, err := listDir(qd)
+	if err != nil {
+		return nil, err
+	}
+	var q []queued
+	for _, name := range names {
+		if len(name) > len(tempPrefix) && name[:len(tempPrefix)] == tempPrefix {
+			continue
+		}
+		seq, ok := parseSeq(name)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s is not a queue entry", store.ErrCorrupt, qd.join(name))
+		}
+		e, alive, err := readEntry(qd, name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // it left while we listed
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !alive {
+			if removeDead {
+				if err := unix.Unlinkat(qd.fd, name, 0); err == nil {
+					s.log.Debug("removed a dead waiter's queue entry", "path", qd.join(name), "pid", e.w.PID)
+					if removed != nil {
+						removed(qd.join(name))
+					}
+				}
+			}
+			continue
+		}
+		e.seq = seq
+		q = append(q, e)
+	}
+	sortQueue(q)
+	return q, nil
+}
+
+func readEntry(qd dir, name string) (queued, bool, error) {
+	fd, err := openFile(qd, name, unix.O_RDONLY)
+	if err != nil {
+		return queued{}, false, err
+	}
+	defer unix.Close(fd)
+	data, err := readAll(fd, qd.join(name))
+	if err != nil {
+		return queued{}, false, err
+	}
+	w, err := parseWaiter(data, qd.join(name))
+	if err != nil {
+		return queued{}, false, err
+	}
+	alive, err := probeFD(fd, qd.join(name))
+	if err != nil {
+		return queued{}, false, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return queued{}, false, fmt.Errorf("filestore: stat %s: %w", qd.join(name), err)
+	}
+	return queued{name: name, ino: st.Ino, w: w}, alive, nil
+}
+
+func sortQueue(q []queued) {
+	slices.SortFunc(q, func(a, b queued) int { return cmp.Compare(a.seq, b.seq) })
+}
+
+// safetyTimeout bounds a waiter's sleep: a re-check in case a wake-up was
+// lost to something this package cannot watch (a pid from another
+// namespace, a lock handed to another process).
+const safetyTimeout = 5 * time.Second

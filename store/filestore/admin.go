@@ -1,0 +1,400 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// Status reads one key (see store.Store). It takes the key's guard shared,
+// so that its probe of live never makes an acquirer see a holder that is
+// not there, and writes nothing. A key without a directory is free. On
+// corrupt or unsafe state it returns a Status with State Corrupt and Err
+// set, and the same error.
+func (s *Store) Status(ctx context.Context, key string) (*store.Status, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	st, err := s.status(ctx, key)
+	if err != nil {
+		return corruptStatus(key, err), err
+	}
+	return st, nil
+}
+
+func corruptStatus(key string, err error) *store.Status {
+	return &store.Status{Key: key, State: store.Corrupt, Waiters: []store.Holder{}, Err: err}
+}
+
+func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
+	kd, err := s.keyDir(key, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &store.Status{Key: key, State: store.Free, Waiters: []store.Holder{}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer kd.close()
+	g, err := lockFile(ctx, kd, guardFile, false, unix.LOCK_SH)
+	switch {
+	case errors.Is(err, fs.ErrNotExist): // never mutated: nothing to exclude
+	case err != nil:
+		return nil, err
+	default:
+		defer unix.Close(g)
+	}
+	rec, _, err := readRecord(kd)
+	if err != nil {
+		return nil, err
+	}
+	held, err := probeLock(kd, liveFile)
+	if err != nil {
+		return nil, err
+	}
+	q, err := s.readQueue(kd, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	st := &store.Status{Key: key, State: store.Free, Waiters: make([]store.Holder, 0, len(q))}
+	for _, e := range q {
+		st.Waiters = append(st.Waiters, e.w.holder())
+	}
+	if !held {
+		// A record whose holder died is as good as free: the next
+		// Acquire takes it over at once.
+		return st, nil
+	}
+	st.State = store.Held
+	st.Holder = rec.Holder.holder(rec.Fence)
+	if st.Holder == nil {
+		st.Holder = &store.Holder{Fence: rec.Fence}
+	}
+	if !st.Holder.Expires.IsZero() && s.now().After(st.Holder.Expires) {
+		st.State = store.Expired
+	}
+	if rec.held() {
+		if data, err := readFile(kd, cancelFile); err == nil {
+			fence, ok := parseCancel(data)
+			st.Holder.Cancel = ok && fence == rec.Fence
+		}
+	}
+	return st, nil
+}
+
+// List reads every key (see store.Store), a few at a time in parallel. A
+// key whose state cannot be read is listed as Corrupt with Err set.
+func (s *Store) List(ctx context.Context) ([]store.Status, error) {
+	keys, err := s.keyNames()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Status, len(keys))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(4, len(keys)) {
+		wg.Go(func() {
+			for i := range next {
+				st, err := s.status(ctx, keys[i])
+				if err != nil {
+					st = corruptStatus(keys[i], err)
+				}
+				out[i] = *st
+			}
+		})
+	}
+	for i := range keys {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("filestore: list: %w", context.Cause(ctx))
+	}
+	return out, nil
+}
+
+// Revoke breaks the holder's lease (see store.Store): a free record with
+// revoked set, keeping the fence and the holder's description (without its
+// token) until the holder releases or is found dead. live stays locked by
+// the holder, so nobody takes the key before the holder lets go (S1).
+//
+// It also clears corrupt state: an unreadable record is replaced by a
+// revoked free one whose fence restarts at the larger of any fence still
+// readable in it and the current Unix time in microseconds; garbage in the
+// queue, and empty directories where files belong, are removed. Symlinks
+// are not cleared: they stay refused as unsafe until a person looks.
+func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return false, err
+	}
+	kd, err := s.keyDir(key, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer kd.close()
+	cleared := false
+	g, err := lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
+	if errors.Is(err, store.ErrCorrupt) {
+		if err := clearJunk(kd, guardFile); err != nil {
+			return false, err
+		}
+		cleared = true
+		g, err = lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
+	}
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(g)
+	if err := clearJunk(kd, liveFile); err == nil {
+		cleared = true
+	} else if !errors.Is(err, errNoJunk) {
+		return false, err
+	}
+	n, err := s.clearQueue(kd)
+	if err != nil {
+		return false, err
+	}
+	cleared = cleared || n > 0
+
+	rec, data, err := readRecord(kd)
+	if errors.Is(err, store.ErrCorrupt) {
+		if err := clearJunk(kd, leaseFile); err != nil && !errors.Is(err, errNoJunk) {
+			return false, err
+		}
+		fence := max(salvage(data, "fence"), uint64(s.now().UnixMicro()))
+		fresh := record{Fence: fence, Version: salvage(data, "version") + 1, Revoked: true}
+		if _, err := writeAtomic(kd, leaseFile, fresh.marshal(), writeOpts{syncDir: true}); err != nil {
+			return false, err
+		}
+		s.log.Warn("cleared a corrupt lease record", "key", key, "cause", err, "fence", fence)
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case rec.held():
+		rec.Token = ""
+		rec.Revoked = true
+		rec.Version++
+		if _, err := writeAtomic(kd, leaseFile, rec.marshal(), writeOpts{}); err != nil {
+			return false, err
+		}
+		s.log.Info("revoked", "key", key, "fence", rec.Fence, "pid", rec.Holder.PID)
+		return true, nil
+	case rec.Revoked && rec.Holder != nil:
+		held, err := probeLock(kd, liveFile)
+		return held || cleared, err
+	}
+	return cleared, nil
+}
+
+var errNoJunk = errors.New("filestore: nothing to clear")
+
+// clearJunk removes what stands where the regular file name belongs in d:
+// an empty directory, a FIFO, a socket, a device. A symlink is refused as
+// unsafe; a regular file or nothing gives errNoJunk.
+func clearJunk(d dir, name string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return errNoJunk
+	}
+	var err error
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return errNoJunk
+	case unix.S_IFLNK:
+		return fmt.Errorf("%w: %s is a symlink; remove it by hand after checking who planted it", store.ErrUnsafe, d.join(name))
+	case unix.S_IFDIR:
+		err = unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR)
+	default:
+		err = unix.Unlinkat(d.fd, name, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("filestore: clear %s, which is %s: %w", d.join(name), fileKind(st.Mode), err)
+	}
+	return nil
+}
+
+// clearQueue removes what in a key's queue is not a live waiter's entry:
+// dead waiters' entries and garbage. The caller holds the guard exclusively.
+func (s *Store) clearQueue(kd dir) (int, error) {
+	qd, err := openDir(kd, queueDir, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer qd.close()
+	names, err := listDir(qd)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, name := range names {
+		if strings.HasPrefix(name, tempPrefix) {
+			continue
+		}
+		_, alive, err := readEntry(qd, name)
+		if _, ok := parseSeq(name); ok && err == nil {
+			if !alive {
+				unix.Unlinkat(qd.fd, name, 0)
+			}
+			continue
+		}
+		if errors.Is(err, store.ErrUnsafe) {
+			return n, err
+		}
+		if err := clearJunk(qd, name); errors.Is(err, errNoJunk) {
+			err = unix.Unlinkat(qd.fd, name, 0)
+			if err != nil && err != unix.ENOENT {
+				return n, fmt.Errorf("filestore: remove %s: %w", qd.join(name), err)
+			}
+		} else if err != nil {
+			return n, err
+		}
+		s.log.Warn("removed a corrupt queue entry", "path", qd.join(name))
+		n++
+	}
+	return n, nil
+}
+
+// salvage finds the largest number after "field": in what is left of a
+// corrupt record, so that a fence that is still readable is not reused.
+func salvage(data []byte, field string) uint64 {
+	re := regexp.MustCompile(`"` + regexp.QuoteMeta(field) + `"\s*:\s*([0-9]{1,20})`)
+	var best uint64
+	for _, m := range re.FindAllSubmatch(data, -1) {
+		if n, err := strconv.ParseUint(string(m[1]), 10, 64); err == nil && n > best {
+			best = n
+		}
+	}
+	return best
+}
+
+// Cancel asks the holder to stop gracefully (see store.Store): it writes
+// the holder's fence to the cancel file, which the holder's watch sees.
+func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return false, err
+	}
+	kd, err := s.keyDir(key, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer kd.close()
+	g, err := lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(g)
+	rec, _, err := readRecord(kd)
+	if err != nil || !rec.held() {
+		return false, err
+	}
+	if held, err := probeLock(kd, liveFile); err != nil || !held {
+		return false, err
+	}
+	if _, err := writeAtomic(kd, cancelFile, formatCancel(rec.Fence), writeOpts{}); err != nil {
+		return false, err
+	}
+	s.log.Info("asked the holder to cancel", "key", key, "fence", rec.Fence, "pid", rec.Holder.PID)
+	return true, nil
+}
+
+// Prune removes what dead processes left (see store.Store): the records of
+// holders that died holding a lease that has since expired (rewritten as
+// free records that keep the fence, and the dead holder as predecessor so
+// the next holder still stops its leftovers), dead waiters' queue entries,
+// and stray temporary files. It never removes a key's directory: the
+// record in it carries the fence, which must keep growing. Keys whose state
+// cannot be read are left alone; List shows them.
+func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
+	keys, err := s.keyNames()
+	if err != nil {
+		return nil, err
+	}
+	out := []store.Pruned{}
+	for _, key := range keys {
+		if ctx.Err() != nil {
+			return out, fmt.Errorf("filestore: prune: %w", context.Cause(ctx))
+		}
+		p, err := s.pruneKey(ctx, key)
+		out = append(out, p...)
+		if err != nil {
+			s.log.Warn("not pruning a key whose state cannot be read", "key", key, "error", err)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error) {
+	kd, err := s.keyDir(key, false)
+	if err != nil {
+		return nil, err
+	}
+	defer kd.close()
+	g, err := lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(g)
+	var out []store.Pruned
+	// Under the guard no write is in flight, so every temporary file is a
+	// crashed writer's.
+	sweep := func(d dir) {
+		names, _ := listDir(d)
+		for _, name := range names {
+			if strings.HasPrefix(name, tempPrefix) && unix.Unlinkat(d.fd, name, 0) == nil {
+				out = append(out, store.Pruned{Key: key, What: "temp file", Path: d.join(name)})
+			}
+		}
+	}
+	sweep(kd)
+	if qd, err := openDir(kd, queueDir, false); err == nil {
+		sweep(qd)
+		qd.close()
+	}
+	rec, _, err := readRecord(kd)
+	if err != nil {
+		return out, err
+	}
+	_, err = s.readQueue(kd, true, func(path string) {
+		out = append(out, store.Pruned{Key: key, What: "dead waiter", Path: path})
+	})
+	if err != nil {
+		return out, err
+	}
+	if rec.Holder == nil || !s.now().After(rec.Holder.Expires) {
+		return out, nil
+	}
+	held, err := probeLock(kd, liveFile)
+	if err != nil || held {
+		return out, err
+	}
+	free := record{Fence: rec.Fence, Version: rec.Version + 1, Predecessor: rec.Holder}
+	if _, err := writeAtomic(kd, leaseFile, free.marshal(), writeOpts{}); err != nil {
+		return out, err
+	}
+	out = append(out, store.Pruned{Key: key, What: "expired lease", Path: kd.join(leaseFile)})
+	return out, nil
+}

@@ -1,0 +1,159 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// waitWaiters waits until status shows n live waiters on key.
+func waitWaiters(t *testing.T, s *Store, key string, n int) *store.Status {
+	t.Helper()
+	var st *store.Status
+	waitFor(t, fmt.Sprintf("%d waiters on %q", n, key), func() bool {
+		st = mustStatus(t, s, key)
+		return len(st.Waiters) == n
+	})
+	return st
+}
+
+func TestWaitersExcludeEachOtherAndGoInArrivalOrder(t *testing.T) {
+	s, _ := newStore(t)
+	first := mustAcquire(t, s, "k", claim("first"))
+	const n = 5
+	var (
+		inside   atomic.Int32
+		overlaps atomic.Int32
+		mu       sync.Mutex
+		order    []int
+		wg       sync.WaitGroup
+	)
+	for i := range n {
+		wg.Go(func() {
+			c := claim("w" + strconv.Itoa(i))
+			c.Wait = true
+			l, _, err := s.Acquire(context.Background(), "k", c)
+			if err != nil || l == nil {
+				t.Errorf("waiter %d: %v, %v", i, l, err)
+				return
+			}
+			if inside.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			inside.Add(-1)
+			if err := l.Release(context.Background()); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+		// The next one arrives only once this one is in the queue.
+		st := waitWaiters(t, s, "k", i+1)
+		if st.Waiters[i].Name != "w"+strconv.Itoa(i) {
+			t.Fatalf("waiter %d is listed as %+v", i, st.Waiters[i])
+		}
+	}
+	// A newcomer that does not wait respects the queue too.
+	if l, h, err := s.Acquire(t.Context(), "k", claim("rude")); l != nil || err != nil || h == nil {
+		t.Fatalf("Acquire without wait past a queue = %v, %+v, %v; want busy", l, h, err)
+	}
+	mustRelease(t, first)
+	wg.Wait()
+	if overlaps.Load() != 0 {
+		t.Errorf("%d acquisitions overlapped", overlaps.Load())
+	}
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("acquired in order %v, want arrival order", order)
+		}
+	}
+	if st := mustStatus(t, s, "k"); st.State != store.Free || len(st.Waiters) != 0 {
+		t.Errorf("after all released: %+v", st)
+	}
+}
+
+func TestProcessesExcludeEachOther(t *testing.T) {
+	_, root := newStore(t)
+	scratch := t.TempDir()
+	var kids []*child
+	for range 3 {
+		kids = append(kids, spawn(t, "loop", root, "shared", "FILESTORE_TEST_LOOPS=15", "FILESTORE_TEST_SCRATCH="+scratch))
+	}
+	for _, c := range kids {
+		c.expect("done")
+		if err := c.wait(); err != nil {
+			t.Errorf("helper %d: %v", c.pid(), err)
+		}
+	}
+}
+
+func TestCancelledWaiterLeavesNoEntry(t *testing.T) {
+	s, root := newStore(t)
+	holder := mustAcquire(t, s, "k", claim("holder"))
+	defer mustRelease(t, holder)
+	errGaveUp := errors.New("gave up")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		c := claim("waiter")
+		c.Wait = true
+		_, _, err := s.Acquire(ctx, "k", c)
+		done <- err
+	}()
+	waitWaiters(t, s, "k", 1)
+	cancel(errGaveUp)
+	if err := <-done; !errors.Is(err, errGaveUp) {
+		t.Fatalf("cancelled waiter returned %v, want the cause %v", err, errGaveUp)
+	}
+	ents, err := os.ReadDir(keyPath(root, "k") + "/queue")
+	if err != nil || len(ents) != 0 {
+		t.Errorf("queue after a cancelled waiter: %v, %v; want empty", ents, err)
+	}
+}
+
+func TestDeadWaiterLosesItsPlaceAtOnce(t *testing.T) {
+	s, root := newStore(t)
+	holder := mustAcquire(t, s, "k", claim("holder"))
+	dead := spawn(t, "hold", root, "k")
+	st := waitWaiters(t, s, "k", 1)
+	if st.Waiters[0].PID != dead.pid() {
+		t.Fatalf("first waiter is %+v, want pid %d", st.Waiters[0], dead.pid())
+	}
+	got := make(chan store.Lease, 1)
+	go func() {
+		c := claim("second")
+		c.Wait = true
+		l, _, err := s.Acquire(context.Background(), "k", c)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitWaiters(t, s, "k", 2)
+	dead.kill()
+	// Its entry's lock died with it: it is no longer a waiter.
+	if st := mustStatus(t, s, "k"); len(st.Waiters) != 1 || st.Waiters[0].Name != "second" {
+		t.Fatalf("waiters after the first died: %+v", st.Waiters)
+	}
+	mustRelease(t, holder)
+	l := <-got
+	if l == nil {
+		t.Fatal("second waiter got no lease")
+	}
+	defer mustRelease(t, l)
+	if l.Predecessor() != nil {
+		t.Errorf("predecessor after a clean release: %+v", l.Predecessor())
+	}
+	ents, err := os.ReadDir(keyPath(root, "k") + "/queue")
+	if err != nil || len(ents) != 0 {
+		t.Errorf("queue after the handoff: %v, %v; want the dead entry removed", ents, err)
+	}
+}

@@ -1,0 +1,51 @@
+// Package filestore is fencerun's embedded lease store: state in files under
+// a root directory on this host, no daemon. DESIGN.md ("File backend
+// layout") describes the files; this comment says what they guarantee.
+//
+// What it guarantees, on one host:
+//
+//   - Mutual exclusion by kernel lock. The holder keeps flock(LOCK_EX) on the
+//     key's live file for the whole lease. The kernel drops it when the
+//     holder dies, however it dies, so a dead holder's lease is taken over
+//     at once (its description, with its Marker, becomes the new Lease's
+//     Predecessor), and a live one's is never taken, even past its expiry
+//     or while it is stopped.
+//   - Fences never repeat. The next fence is the record's plus one, and the
+//     record carrying it is written to a temporary file, fsynced, renamed
+//     and its directory fsynced before Acquire returns. A crash before the
+//     rename loses a fence nobody was given.
+//   - Every change of a record happens under the key's guard lock (LOCK_EX)
+//     and replaces the file whole (temporary file, fsync, rename): readers
+//     see the old record or the new one, never a torn one, even after a
+//     crash. A holder's renewals and ticks are compare-and-swaps on the
+//     record's secret token and version.
+//   - Waiters are served in arrival order. A waiter's queue entry is locked
+//     before it becomes visible; an entry whose lock is free is a dead
+//     waiter's and loses its place at once. Waiters sleep in poll(2) on
+//     inotify, a pidfd of the process they wait behind and an eventfd for
+//     their context: no busy polling.
+//   - Corrupt state fails closed: an unreadable record or queue entry is an
+//     error wrapping store.ErrCorrupt naming the file, and nothing is
+//     overwritten until Revoke clears it. Nothing in the root is followed
+//     through a symlink: every file is opened relative to its directory with
+//     O_NOFOLLOW, and a symlink is refused with store.ErrUnsafe. The root
+//     must be ours and not writable by group or others. Files are 0600,
+//     directories 0700, descriptors close-on-exec.
+//   - The token never leaves the record file: not in errors, logs or
+//     Status.
+//
+// What it does not guarantee:
+//
+//   - Anything across hosts. Two hosts sharing the root over a network file
+//     system do not exclude each other reliably (flock over NFS is emulated
+//     or absent), and pids in records are only meaningful on their host.
+//   - Exclusion against a process that does not follow the protocol: anyone
+//     who can write the root can break it. That is why the root must be
+//     ours alone.
+//   - Progress while a process is stopped holding a guard lock (inside a
+//     store call for a few microseconds): calls on that key wait for it;
+//     they give up when their context ends.
+//   - Durability of anything but the fence: after a crash a release or a
+//     renewal may be lost, which only makes the holder look dead, which it
+//     is.
+package filestore

@@ -1,0 +1,191 @@
+package filestore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// ErrClosed: the Store was closed. Leases taken from it keep working.
+var ErrClosed = errors.New("filestore: store is closed")
+
+// Options configure a Store.
+type Options struct {
+	// Logger receives the store's logs; nil discards them. The store logs
+	// under the name "store".
+	Logger hclog.Logger
+	// Now is the wall clock for the acquired and expires times of records,
+	// and for telling expired leases; nil means time.Now. Liveness never
+	// depends on it: that is the kernel lock on live.
+	Now func() time.Time
+}
+
+// Store keeps leases in files under a state root. See the package comment.
+type Store struct {
+	root string
+	log  hclog.Logger
+	now  func() time.Time
+	host string
+
+	mu     sync.RWMutex // guards keys.fd against Close
+	keys   dir          // <root>/keys, open for the life of the Store
+	closed bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// DefaultRoot is the default state root: $XDG_STATE_HOME/fencerun, else
+// $HOME/.local/state/fencerun. A relative XDG_STATE_HOME is ignored, as the
+// XDG base directory specification says.
+func DefaultRoot() (string, error) {
+	if x := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
+		return filepath.Join(x, "fencerun"), nil
+	}
+	home := os.Getenv("HOME")
+	if home == "" {
+		return "", errors.New("filestore: neither XDG_STATE_HOME nor HOME is set; give the state directory explicitly")
+	}
+	return filepath.Join(home, ".local", "state", "fencerun"), nil
+}
+
+// Open opens the state root, creating it (0700) if missing. It refuses,
+// with an error wrapping store.ErrUnsafe, a root that is a symlink, that is
+// not owned by the effective uid, or that its group or others can write.
+func Open(root string, opts Options) (*Store, error) {
+	if root == "" {
+		return nil, errors.New("filestore: no state directory given")
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("filestore: state directory %s: %w", root, err)
+	}
+	root = filepath.Clean(root)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("filestore: create state directory %s: %w", root, err)
+	}
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if fi, lerr := os.Lstat(root); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return nil, fmt.Errorf("%w: state directory %s is a symlink; refusing to follow it", store.ErrUnsafe, root)
+		}
+		return nil, fmt.Errorf("filestore: open state directory %s: %w", root, err)
+	}
+	rootDir := dir{fd: fd, path: root}
+	defer rootDir.close()
+	if err := checkOwned(fd, root); err != nil {
+		return nil, err
+	}
+	keys, err := openDir(rootDir, "keys", true)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{root: root, keys: keys, now: opts.Now, log: opts.Logger}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	s.log = s.log.Named("store")
+	s.host, _ = os.Hostname()
+	return s, nil
+}
+
+// Root is the state root's absolute path.
+func (s *Store) Root() string { return s.root }
+
+// Close closes the state root. Leases taken from the Store are not released
+// and keep working.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.keys.close()
+	}
+	return nil
+}
+
+// keyDir opens the directory of key, creating it with create. A missing
+// directory gives an error that is fs.ErrNotExist.
+func (s *Store) keyDir(key string, create bool) (dir, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return dir{fd: -1}, ErrClosed
+	}
+	return openDir(s.keys, EncodeKey(key), create)
+}
+
+// keyNames lists the keys that have a directory, sorted. Names that are not
+// encoded keys are skipped: they are not fencerun's.
+func (s *Store) keyNames() ([]string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	names, err := listDir(s.keys)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(names))
+	for _, name := range names {
+		key, err := DecodeKey(name)
+		if err != nil {
+			s.log.Debug("skipping a name that is not a key", "path", s.keys.join(name))
+			continue
+		}
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// listDir lists the names in d, in no particular order.
+func listDir(d dir) ([]string, error) {
+	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("filestore: open %s: %w", d.path, err)
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("filestore: list %s: %w", d.path, err)
+	}
+	return names, nil
+}
+
+// readRecord reads the lease record of a key. A key that never had one is a
+// free record at fence 0.
+func readRecord(kd dir) (record, []byte, error) {
+	data, err := readFile(kd, leaseFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return record{Schema: schemaVersion}, nil, nil
+	}
+	if err != nil {
+		return record{}, nil, err
+	}
+	r, err := parseRecord(data, kd.join(leaseFile))
+	return r, data, err
+}
+
+// Names in a key's directory.
+const (
+	guardFile  = "guard"
+	liveFile   = "live"
+	leaseFile  = "lease"
+	cancelFile = "cancel"
+	queueDir   = "queue"
+)

@@ -1,0 +1,190 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// Lease is a held lease of the file backend. It keeps the key's directory
+// and its live file open, live locked, until Release: the lock is what
+// tells everyone else the holder is alive, and the kernel drops it when the
+// process dies, however it dies.
+type Lease struct {
+	s       *Store
+	key     string
+	fence   uint64
+	token   string
+	ttl     time.Duration
+	pred    *store.Holder
+	changes chan struct{}
+	watch   *holderWatch
+
+	mu       sync.Mutex // one operation at a time; guards the fields below
+	kd       dir
+	live     int
+	version  uint64 // of the record as this lease last wrote it
+	released bool
+}
+
+var _ store.Lease = (*Lease)(nil)
+
+func (l *Lease) Key() string                { return l.key }
+func (l *Lease) Fence() uint64              { return l.fence }
+func (l *Lease) Env() []string              { return nil }
+func (l *Lease) Changes() <-chan struct{}   { return l.changes }
+func (l *Lease) Predecessor() *store.Holder { return copyHolder(l.pred) }
+
+func copyHolder(h *store.Holder) *store.Holder {
+	if h == nil {
+		return nil
+	}
+	c := *h
+	return &c
+}
+
+// Renew extends the lease by its TTL from now (see store.Lease).
+func (l *Lease) Renew(ctx context.Context) (time.Time, error) {
+	var expires time.Time
+	err := l.update(ctx, func(r *record) {
+		expires = l.s.now().Add(l.ttl)
+		r.Holder.Expires = expires
+	})
+	return expires, err
+}
+
+// Tick records a liveness tick at t (see store.Lease).
+func (l *Lease) Tick(ctx context.Context, t time.Time) error {
+	return l.update(ctx, func(r *record) { r.Holder.LastTick = t })
+}
+
+// update is the compare-and-swap every holder write goes through: under
+// the guard, the record must still carry this lease's token and the
+// version it last wrote.
+func (l *Lease) update(ctx context.Context, change func(*record)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return fmt.Errorf("%w: the lease on %q (fence %d) was released", store.ErrLost, l.key, l.fence)
+	}
+	g, err := lockFile(ctx, l.kd, guardFile, true, unix.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(g)
+	rec, _, err := readRecord(l.kd)
+	if err := l.owns(rec, err); err != nil {
+		return err
+	}
+	change(&rec)
+	rec.Version++
+	if _, err := writeAtomic(l.kd, leaseFile, rec.marshal(), writeOpts{}); err != nil {
+		return err
+	}
+	l.version = rec.Version
+	return nil
+}
+
+// owns says whether rec (read with err) is still this lease's, as of its
+// last write; if not, why, in an error wrapping store.ErrLost. A record that
+// cannot be parsed is lost too: nothing in it can prove the lease ours.
+func (l *Lease) owns(rec record, err error) error {
+	if err != nil {
+		if errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrUnsafe) {
+			return fmt.Errorf("%w: %w", store.ErrLost, err)
+		}
+		return err
+	}
+	switch {
+	case rec.Token == l.token && rec.Version == l.version:
+		return nil
+	case rec.Token == l.token:
+		return fmt.Errorf("%w: the record of %q (fence %d) was changed by someone else", store.ErrLost, l.key, l.fence)
+	case rec.Revoked && rec.Fence == l.fence:
+		return fmt.Errorf("%w: the lease on %q (fence %d) was revoked", store.ErrLost, l.key, l.fence)
+	case rec.Fence > l.fence:
+		return fmt.Errorf("%w: the lease on %q (fence %d) was taken over with fence %d", store.ErrLost, l.key, l.fence, rec.Fence)
+	default:
+		return fmt.Errorf("%w: the lease on %q (fence %d) is no longer in its record", store.ErrLost, l.key, l.fence)
+	}
+}
+
+// Check reads the record without writing (see store.Lease). A cancel file
+// that cannot be read is logged and ignored: it is a request, not the lease.
+func (l *Lease) Check(ctx context.Context) (store.Request, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return store.RequestNone, fmt.Errorf("%w: the lease on %q (fence %d) was released", store.ErrLost, l.key, l.fence)
+	}
+	rec, _, err := readRecord(l.kd)
+	if err := l.owns(rec, err); err != nil {
+		return store.RequestNone, err
+	}
+	data, err := readFile(l.kd, cancelFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return store.RequestNone, nil
+	}
+	if err != nil {
+		l.s.log.Warn("ignoring a cancel request that cannot be read", "key", l.key, "error", err)
+		return store.RequestNone, nil
+	}
+	fence, ok := parseCancel(data)
+	if !ok {
+		l.s.log.Warn("ignoring a cancel request that is not a fence", "path", l.kd.join(cancelFile))
+		return store.RequestNone, nil
+	}
+	if fence == l.fence {
+		return store.RequestCancel, nil
+	}
+	return store.RequestNone, nil
+}
+
+// Release gives the lease up (see store.Lease): a free record keeping the
+// fence, the cancel request removed, and live unlocked while the guard is
+// still held, so that the waiter woken by the record's change finds live
+// free. A revoked holder acknowledges its revocation the same way, which
+// tells the next holder there is nothing of it left to stop. Releasing a
+// lost lease only drops the lock.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return nil
+	}
+	l.released = true
+	defer func() {
+		l.watch.stop()
+		l.kd.close()
+	}()
+	g, err := lockFile(ctx, l.kd, guardFile, true, unix.LOCK_EX)
+	if err != nil {
+		// Dropping live alone leaves our record to look like a dead
+		// holder's: the next Acquire takes it over.
+		unix.Close(l.live)
+		return err
+	}
+	rec, _, err := readRecord(l.kd)
+	var werr error
+	switch {
+	case err != nil:
+		l.s.log.Warn("releasing a lease whose record cannot be read", "key", l.key, "error", err)
+	case rec.Token == l.token, rec.Revoked && rec.Holder != nil && rec.Fence == l.fence:
+		free := record{Fence: rec.Fence, Version: rec.Version + 1}
+		_, werr = writeAtomic(l.kd, leaseFile, free.marshal(), writeOpts{})
+		if err := unix.Unlinkat(l.kd.fd, cancelFile, 0); err != nil && err != unix.ENOENT {
+			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.join(cancelFile), "error", err)
+		}
+	}
+	unix.Close(l.live)
+	unix.Close(g)
+	l.s.log.Debug("released", "key", l.key, "fence", l.fence)
+	return werr
+}

@@ -1,0 +1,185 @@
+package filestore
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// schemaVersion is the version of the lease record and queue entry formats.
+// A file with any other version is corrupt: an older fencerun must not
+// guess at a newer one's state.
+const schemaVersion = 1
+
+// record is the content of a key's lease file.
+//
+// A key is held when Holder and Token are set; revoked when Revoked is set
+// and Holder kept without Token (the holder may still be stopping its
+// command, and Acquire still needs its Marker if it died); free when Holder
+// is nil. Fence and Version only grow. Predecessor keeps the last holder
+// that died holding the lease after Prune cleared its record, so that its
+// leftovers can still be found by the next holder.
+type record struct {
+	Schema      int           `json:"schema"`
+	Fence       uint64        `json:"fence"`
+	Version     uint64        `json:"version"`
+	Revoked     bool          `json:"revoked,omitempty"`
+	Token       string        `json:"token,omitempty"`
+	Holder      *holderRecord `json:"holder"`
+	Predecessor *holderRecord `json:"predecessor,omitempty"`
+}
+
+type holderRecord struct {
+	Name     string    `json:"name"`
+	PID      int       `json:"pid"`
+	Host     string    `json:"host"`
+	Reason   string    `json:"reason,omitempty"`
+	Marker   string    `json:"marker,omitempty"`
+	Acquired time.Time `json:"acquired"`
+	Expires  time.Time `json:"expires"`
+	LastTick time.Time `json:"last_tick,omitzero"`
+}
+
+// tokenLen is the length of a token in hex: 128 bits.
+const tokenLen = 32
+
+func (r *record) held() bool { return r.Holder != nil && r.Token != "" }
+
+// parseRecord parses a lease file. Errors wrap store.ErrCorrupt and name
+// path; they never quote the file, which holds the secret token.
+func parseRecord(data []byte, path string) (record, error) {
+	var r record
+	if len(bytes.TrimSpace(data)) == 0 {
+		return r, fmt.Errorf("%w: %s is empty", store.ErrCorrupt, path)
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return record{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, jsonProblem(err))
+	}
+	if r.Schema != schemaVersion {
+		return record{}, fmt.Errorf("%w: %s has schema version %d; this fencerun reads version %d", store.ErrCorrupt, path, r.Schema, schemaVersion)
+	}
+	bad := func(what string) (record, error) {
+		return record{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, what)
+	}
+	switch {
+	case r.Token != "" && !isHex(r.Token, tokenLen):
+		return bad("token is not 128 bits of hex")
+	case r.Token != "" && r.Holder == nil:
+		return bad("token without a holder")
+	case r.Holder != nil && r.Token == "" && !r.Revoked:
+		return bad("holder without a token")
+	case r.Holder != nil && r.Holder.PID <= 0:
+		return bad("holder pid is not positive")
+	case r.Predecessor != nil && r.Predecessor.PID <= 0:
+		return bad("predecessor pid is not positive")
+	}
+	return r, nil
+}
+
+// jsonProblem describes a JSON error without quoting the input.
+func jsonProblem(err error) string {
+	switch e := err.(type) {
+	case *json.SyntaxError:
+		return fmt.Sprintf("not valid JSON at byte %d", e.Offset)
+	case *json.UnmarshalTypeError:
+		return fmt.Sprintf("field %q has the wrong type", e.Field)
+	}
+	if err.Error() == "unexpected end of JSON input" {
+		return "truncated JSON"
+	}
+	return "not a valid record"
+}
+
+func (r *record) marshal() []byte {
+	r.Schema = schemaVersion
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic("filestore: marshal record: " + err.Error()) // plain data: cannot fail
+	}
+	return append(b, '\n')
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if unhex(s[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// holder describes h for status output, without the token.
+func (h *holderRecord) holder(fence uint64) *store.Holder {
+	if h == nil {
+		return nil
+	}
+	return &store.Holder{
+		Name:     h.Name,
+		PID:      h.PID,
+		Host:     h.Host,
+		Reason:   h.Reason,
+		Acquired: h.Acquired,
+		Expires:  h.Expires,
+		Fence:    fence,
+		LastTick: h.LastTick,
+		Marker:   h.Marker,
+	}
+}
+
+// waiterRecord is the content of a queue entry.
+type waiterRecord struct {
+	Schema int       `json:"schema"`
+	PID    int       `json:"pid"`
+	Host   string    `json:"host"`
+	Name   string    `json:"name"`
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
+}
+
+func parseWaiter(data []byte, path string) (waiterRecord, error) {
+	var w waiterRecord
+	if len(bytes.TrimSpace(data)) == 0 {
+		return w, fmt.Errorf("%w: %s is empty", store.ErrCorrupt, path)
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return waiterRecord{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, jsonProblem(err))
+	}
+	if w.Schema != schemaVersion {
+		return waiterRecord{}, fmt.Errorf("%w: %s has schema version %d; this fencerun reads version %d", store.ErrCorrupt, path, w.Schema, schemaVersion)
+	}
+	if w.PID <= 0 {
+		return waiterRecord{}, fmt.Errorf("%w: %s: pid is not positive", store.ErrCorrupt, path)
+	}
+	return w, nil
+}
+
+func (w *waiterRecord) marshal() []byte {
+	w.Schema = schemaVersion
+	b, err := json.Marshal(w)
+	if err != nil {
+		panic("filestore: marshal queue entry: " + err.Error())
+	}
+	return append(b, '\n')
+}
+
+func (w *waiterRecord) holder() store.Holder {
+	return store.Holder{Name: w.Name, PID: w.PID, Host: w.Host, Reason: w.Reason, Acquired: w.Since}
+}
+
+// The cancel file holds the fence of the holder it is for, in decimal, so a
+// request left over from an earlier holder never stops a later one.
+func parseCancel(data []byte) (uint64, bool) {
+	n, err := strconv.ParseUint(string(bytes.TrimSpace(data)), 10, 64)
+	return n, err == nil
+}
+
+func formatCancel(fence uint64) []byte {
+	return append(strconv.AppendUint(nil, fence, 10), '\n')
+}
