@@ -1,0 +1,456 @@
+package resident
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// Defaults of `run --resident` (SPEC.md).
+const (
+	DefaultStuckAfter   = 5 * time.Minute
+	DefaultHandoverWait = 30 * time.Second
+)
+
+// Claim says who asks for the resident role.
+type Claim struct {
+	// Name, Reason, TTL (only the expiry Renew reports), Wait (standby,
+	// R8), Marker, PID and Host as for a keyed lease.
+	store.Claim
+	// Build is the command's executable (BuildOf); it decides handover.
+	Build store.Build
+	// StuckAfter is recorded in the payload so that status can say stuck;
+	// 0: never stuck. The watchdog that acts on it is package fence's.
+	StuckAfter time.Duration
+	// NoHandover: never ask an older holder to hand over.
+	NoHandover bool
+	// HandoverWait bounds the wait for a holder that was asked to hand
+	// over; 0 means DefaultHandoverWait. It should exceed the holder's grace.
+	HandoverWait time.Duration
+	// Logger is the root logger; Acquire logs under "resident". nil: none.
+	Logger hclog.Logger
+	// Now stamps acquired_at and requested_at; nil: time.Now.
+	Now func() time.Time
+}
+
+// RefusalReason says why the role was not acquired.
+type RefusalReason string
+
+const (
+	// ReasonHeld: held by a process that has not announced itself (the
+	// lock is taken but the payload names no live holder: flock(1) by hand
+	// on the lock file, or a holder that has been starting for over 2s).
+	ReasonHeld RefusalReason = "held"
+	// ReasonNotNewer: this build is not strictly newer than the holder's.
+	ReasonNotNewer RefusalReason = "not newer"
+	// ReasonNoHandover: this build is newer, but NoHandover was asked for.
+	ReasonNoHandover RefusalReason = "no-handover"
+	// ReasonRefused: the holder judged the handover request and refused it;
+	// Detail has its words.
+	ReasonRefused RefusalReason = "refused by holder"
+	// ReasonHandoverTimedOut: the holder did not hand over within
+	// HandoverWait.
+	ReasonHandoverTimedOut RefusalReason = "handover timed out"
+)
+
+// Refusal is the result of an Acquire that did not get the role: who holds
+// it, and why it was not handed over. Contention is a result, not an error.
+type Refusal struct {
+	Store  string       // absolute path of the store file
+	Holder store.Holder // PID 0 when the holder has not announced itself
+	Reason RefusalReason
+	Detail string // more on Reason, for people
+}
+
+// String is the refusal as one line for people: which pid holds the role,
+// on which host, with which build, since when, and why not this one.
+func (r *Refusal) String() string {
+	s := fmt.Sprintf("resident role of %s is held by %s: %s", r.Store, describeHolder(&r.Holder), r.Reason)
+	if r.Detail != "" {
+		s += " (" + r.Detail + ")"
+	}
+	return s
+}
+
+func describeHolder(h *store.Holder) string {
+	if h == nil || h.PID == 0 {
+		return "a process that has not announced itself"
+	}
+	s := fmt.Sprintf("pid %d", h.PID)
+	if h.Name != "" {
+		s += " (" + h.Name + ")"
+	}
+	return s + fmt.Sprintf(" on host %s, %s, fence %d, since %s",
+		h.Host, describeBuild(h.Build), h.Fence, h.Acquired.Format(time.RFC3339))
+}
+
+// Acquire takes the resident role of the store at storePath (which need
+// not exist; its directory must).
+//
+// When the role is held by a live process, a newcomer whose Build is
+// strictly newer (and not NoHandover) asks the holder to hand over and
+// waits up to HandoverWait for the role. Otherwise, or when the holder
+// refuses or does not hand over in time: with Wait false, Acquire returns
+// (nil, refusal, nil); with Wait true it waits as a standby and takes the
+// role the moment it is free, until ctx ends, and then returns an error
+// wrapping context.Cause(ctx) whose message names the holder.
+//
+// A held role whose payload cannot be read fails closed with an error
+// wrapping store.ErrCorrupt naming the lock file; a symlink in place of a
+// file is store.ErrUnsafe.
+func Acquire(ctx context.Context, storePath string, c Claim) (*Role, *Refusal, error) {
+	p, err := pathsOf(storePath)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case c.TTL < 0:
+		return nil, nil, fmt.Errorf("resident: negative ttl %v", c.TTL)
+	case c.StuckAfter < 0:
+		return nil, nil, fmt.Errorf("resident: negative stuck-after %v", c.StuckAfter)
+	case c.HandoverWait < 0:
+		return nil, nil, fmt.Errorf("resident: negative handover-wait %v", c.HandoverWait)
+	}
+	if c.PID == 0 {
+		c.PID = os.Getpid()
+	}
+	if c.Host == "" {
+		c.Host = hostname()
+	}
+	if c.HandoverWait == 0 {
+		c.HandoverWait = DefaultHandoverWait
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	a := &attempt{c: c, p: p, fd: -1, log: c.Logger.Named("resident").With("store", p.store)}
+	defer a.close()
+	return a.run(ctx)
+}
+
+// Timing of the wait. settleFor bounds how long a lock held by nobody live
+// (a role being taken or released, a prober's brief lock) is given to
+// settle before it is reported. safetyNet bounds any sleep, for unlocks no
+// event announces.
+const (
+	settleFor = 2 * time.Second
+	safetyNet = time.Second
+)
+
+// attempt is one Acquire.
+type attempt struct {
+	c   Claim
+	p   paths
+	log hclog.Logger
+	fd  int     // the lock file, open while trying; -1 when not
+	w   *waiter // created on the first wait
+
+	holder *store.Holder // last live holder seen
+
+	// The handover request sent, if any: to the holder with fence asked.
+	reqID    string
+	asked    uint64
+	pending  bool // no answer yet
+	reqUntil time.Time
+
+	standbyFor uint64 // fence of the holder the standby log line was for
+}
+
+func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
+	var unsettled time.Time
+	pause := time.Millisecond
+	for {
+		if ctx.Err() != nil {
+			return nil, nil, a.gaveUp(ctx)
+		}
+		got, err := a.lock()
+		if err != nil {
+			return nil, nil, err
+		}
+		if got {
+			role, err := a.take()
+			if err != nil {
+				return nil, nil, err
+			}
+			return role, nil, nil
+		}
+
+		// Watch before reading: whatever changes after the read wakes us.
+		if err := a.watch(ctx); err != nil {
+			return nil, nil, err
+		}
+		pl, empty, err := readPayload(a.fd, a.p.lock)
+		if err != nil && !errors.Is(err, store.ErrCorrupt) {
+			return nil, nil, fmt.Errorf("resident: %w", err)
+		}
+		corrupt := err
+		if empty || corrupt != nil || !alive(pl.PID, pl.Host) {
+			// Locked, but no live holder announced: the role is being taken
+			// or released, a prober holds the lock for an instant, or the
+			// payload is corrupt. Give it settleFor to become one or the other.
+			if unsettled.IsZero() {
+				unsettled = time.Now()
+			}
+			if time.Since(unsettled) >= settleFor {
+				if corrupt != nil {
+					return nil, nil, corrupt // S6: never start on what cannot be read
+				}
+				if !a.c.Wait {
+					var h store.Holder
+					if !empty {
+						h = *pl.holder()
+						h.Marker = ""
+					}
+					return nil, a.refuse(h, ReasonHeld, "the lock is taken but no live holder is recorded"), nil
+				}
+			}
+			if err := a.sleep(ctx, pause); err != nil {
+				return nil, nil, err
+			}
+			pause = min(2*pause, safetyNet)
+			continue
+		}
+		unsettled, pause = time.Time{}, time.Millisecond
+
+		wait, ref, err := a.decide(pl)
+		if ref != nil || err != nil {
+			return nil, ref, err
+		}
+		if !a.pending && a.standbyFor != pl.Fence {
+			a.standbyFor = pl.Fence
+			a.log.Info("waiting as a standby", "holder_pid", pl.PID, "holder_host", pl.Host, "fence", pl.Fence)
+		}
+		if !a.w.follow(pl.PID, pl.Host) {
+			continue // it just exited: look again, without waiting
+		}
+		if err := a.sleep(ctx, wait); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// decide what to do about the live holder of pl: ask it to hand over, keep
+// waiting for its answer, wait as a standby (for at most the returned
+// duration, before looking again), or give up with a refusal.
+func (a *attempt) decide(pl payload) (time.Duration, *Refusal, error) {
+	h := pl.holder()
+	h.Marker = ""
+	a.holder = h
+	if a.pending && a.asked != pl.Fence {
+		a.pending = false // the holder we asked is gone
+	}
+	newer := Newer(a.c.Build, pl.Build)
+	switch {
+	case a.pending:
+		if r := pl.HandoverRefused; r != nil && r.ID == a.reqID {
+			a.pending = false
+			if !a.c.Wait {
+				return 0, a.refuse(*h, ReasonRefused, r.Reason), nil
+			}
+			a.log.Info("the holder refused to hand over; waiting as a standby", "holder_pid", pl.PID, "reason", r.Reason)
+			return safetyNet, nil, nil
+		}
+		left := time.Until(a.reqUntil)
+		if left > 0 {
+			return min(safetyNet, left), nil, nil
+		}
+		a.pending = false
+		if !a.c.Wait {
+			detail := fmt.Sprintf("asked to hand over, it did not within %v", a.c.HandoverWait)
+			return 0, a.refuse(*h, ReasonHandoverTimedOut, detail), nil
+		}
+		a.log.Info("the holder did not hand over in time; waiting as a standby", "holder_pid", pl.PID)
+	case a.asked != pl.Fence && newer && !a.c.NoHandover:
+		if err := a.ask(pl); err != nil {
+			return 0, nil, err
+		}
+		return min(safetyNet, a.c.HandoverWait), nil, nil
+	case !a.c.Wait && newer:
+		return 0, a.refuse(*h, ReasonNoHandover, "this build is newer, but --no-handover was given"), nil
+	case !a.c.Wait:
+		return 0, a.refuse(*h, ReasonNotNewer, notNewer(a.c.Build, pl.Build)), nil
+	}
+	return safetyNet, nil, nil
+}
+
+// lock tries the kernel lock without blocking, on the file the lock path
+// names now: a lock won (or lost) on an inode that was since unlinked or
+// replaced says nothing about the role, so the file is reopened.
+func (a *attempt) lock() (bool, error) {
+	for {
+		if a.fd < 0 {
+			fd, err := openState(a.p.lock, unix.O_RDWR|unix.O_CREAT, false)
+			if err != nil {
+				return false, fmt.Errorf("resident: %w", err)
+			}
+			a.fd = fd
+			if a.w != nil {
+				if err := a.w.watch(a.fd, a.p.lock); err != nil {
+					return false, fmt.Errorf("resident: %w", err)
+				}
+			}
+		}
+		err := unix.Flock(a.fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil && err != unix.EWOULDBLOCK {
+			return false, fmt.Errorf("resident: %w", &os.PathError{Op: "flock", Path: a.p.lock, Err: err})
+		}
+		same, serr := sameFile(a.fd, a.p.lock)
+		if serr != nil {
+			a.closeFile()
+			return false, fmt.Errorf("resident: %w", serr)
+		}
+		if same {
+			return err == nil, nil
+		}
+		a.closeFile()
+	}
+}
+
+// take makes the locked file the role: the next fence recorded, the holder's
+// watch set up, then the payload written over whatever a dead holder left.
+func (a *attempt) take() (*Role, error) {
+	fd := a.fd
+	// Nobody else writes this file while we hold the lock: no range lock.
+	data, err := readAll(fd, a.p.lock)
+	if err != nil {
+		return nil, fmt.Errorf("resident: %w", err)
+	}
+	var pred *store.Holder
+	var staleFence uint64
+	stale, empty, err := decodePayload(data, a.p.lock)
+	switch {
+	case err != nil:
+		a.log.Warn("ignoring the unreadable payload of a holder that is gone", "error", err)
+	case !empty:
+		pred, staleFence = stale.holder(), stale.Fence
+		a.log.Info("the previous holder died holding the role", "pid", stale.PID, "host", stale.Host, "fence", stale.Fence)
+	}
+	fence, err := nextFence(a.p.fence, staleFence)
+	if err != nil {
+		return nil, err
+	}
+	changes := make(chan struct{}, 1)
+	// Watch before announcing: any request for this fence comes after.
+	watch, err := watchRole(a.p, fd, changes)
+	if err != nil {
+		return nil, err
+	}
+	r := &Role{
+		paths: a.p, fence: fence, ttl: a.c.TTL, now: a.c.Now, pred: pred,
+		changes: changes, watch: watch,
+		log:  a.log.With("fence", fence),
+		file: payloadFile{fd: fd, path: a.p.lock, size: len(data)},
+		p: payload{
+			Schema: schema, PID: a.c.PID, Host: a.c.Host, Surface: a.c.Name, Reason: a.c.Reason,
+			AcquiredAt: a.c.Now(), Store: a.p.store, StuckAfter: duration(a.c.StuckAfter),
+			Build: a.c.Build, Fence: fence, Marker: a.c.Marker,
+		},
+	}
+	if err := r.file.write(r.p); err != nil {
+		watch.close()
+		return nil, fmt.Errorf("resident: announce: %w", err)
+	}
+	a.fd = -1 // the role's now
+	if a.reqID != "" {
+		withdrawRequest(a.p.handover, a.reqID)
+	}
+	// A request left behind (for an earlier holder) or already sent for
+	// this one: let the keeper's Check judge it.
+	if _, err := os.Lstat(a.p.handover); err == nil {
+		changes <- struct{}{}
+	}
+	r.log.Debug("took the role", "pid", a.c.PID)
+	return r, nil
+}
+
+// ask sends a handover request to the holder of pl.
+func (a *attempt) ask(pl payload) error {
+	a.reqID, a.asked, a.pending = randomID(), pl.Fence, true
+	a.reqUntil = time.Now().Add(a.c.HandoverWait)
+	a.log.Info("asking the holder to hand over to a newer build", "holder_pid", pl.PID,
+		"holder_build", describeBuild(&pl.Build), "build", describeBuild(&a.c.Build))
+	return sendRequest(a.p.handover, request{
+		Schema: schema, ID: a.reqID, PID: a.c.PID, Host: a.c.Host, Surface: a.c.Name,
+		Build: a.c.Build, RequestedAt: a.c.Now(), Fence: pl.Fence,
+	})
+}
+
+// watch sets up the waiter on the lock file open now.
+func (a *attempt) watch(ctx context.Context) error {
+	if a.w != nil {
+		return nil
+	}
+	w, err := newWaiter(ctx)
+	if err != nil {
+		return err
+	}
+	a.w = w
+	if err := w.watch(a.fd, a.p.lock); err != nil {
+		return fmt.Errorf("resident: %w", err)
+	}
+	return nil
+}
+
+// sleep waits for a change, d at most.
+func (a *attempt) sleep(ctx context.Context, d time.Duration) error {
+	if err := a.w.wait(d); err != nil {
+		if ctx.Err() != nil {
+			return a.gaveUp(ctx)
+		}
+		return err
+	}
+	return nil
+}
+
+func (a *attempt) refuse(h store.Holder, why RefusalReason, detail string) *Refusal {
+	return &Refusal{Store: a.p.store, Holder: h, Reason: why, Detail: detail}
+}
+
+func (a *attempt) gaveUp(ctx context.Context) error {
+	return fmt.Errorf("resident: stopped waiting for the role of %s, held by %s: %w",
+		a.p.store, describeHolder(a.holder), context.Cause(ctx))
+}
+
+func (a *attempt) closeFile() {
+	if a.fd >= 0 {
+		unix.Flock(a.fd, unix.LOCK_UN)
+		unix.Close(a.fd)
+		a.fd = -1
+	}
+}
+
+func (a *attempt) close() {
+	a.closeFile()
+	if a.w != nil {
+		a.w.close()
+	}
+}
+
+// notNewer says why build b is not newer than the holder's.
+func notNewer(b, holder store.Build) string {
+	switch {
+	case !Stamped(b):
+		return "this build is unstamped"
+	case !Stamped(holder):
+		return "the holder's build is unstamped"
+	case Same(b, holder):
+		return "the same build"
+	case b.ModTime.Equal(holder.ModTime):
+		return fmt.Sprintf("a different build (%s) with the same mtime as the holder's (%s): neither is newer",
+			describeBuild(&b), describeBuild(&holder))
+	}
+	return fmt.Sprintf("%s is older than the holder's %s", describeBuild(&b), describeBuild(&holder))
+}

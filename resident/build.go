@@ -1,0 +1,70 @@
+package resident
+
+import (
+	"debug/buildinfo"
+	"fmt"
+	"os"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// BuildOf returns the build identity of the executable at path (R4): its
+// mtime and size, and the VCS revision from its Go build information when it
+// is a Go binary stamped with one (else the revision is empty). path is the
+// command's executable already resolved through PATH; a symlink is followed,
+// since it is the target that runs.
+func BuildOf(path string) (store.Build, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return store.Build{}, fmt.Errorf("resident: build of %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return store.Build{}, fmt.Errorf("resident: build of %s: not a regular file", path)
+	}
+	b := store.Build{ModTime: fi.ModTime(), Size: fi.Size()}
+	// Not a Go binary, or one built without build info: no revision, which
+	// is only a label anyway.
+	if info, err := buildinfo.ReadFile(path); err == nil {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				b.Revision = s.Value
+			}
+		}
+	}
+	return b, nil
+}
+
+// Stamped reports whether b identifies an executable at all: a build whose
+// mtime is unknown is unstamped.
+func Stamped(b store.Build) bool { return !b.ModTime.IsZero() }
+
+// Newer reports whether build b is strictly newer than build than (R4). The
+// mtime decides. Builds with the same mtime are never newer than each other,
+// whatever their size or revision: those only tell a same-second rebuild
+// apart (see Same), they cannot order it, and an order that went both ways
+// would hand the role back and forth. An unstamped build is never newer, and
+// nothing is newer than an unstamped build: there is nothing to compare.
+func Newer(b, than store.Build) bool {
+	if !Stamped(b) || !Stamped(than) {
+		return false
+	}
+	return b.ModTime.After(than.ModTime)
+}
+
+// Same reports whether a and b are the same build: same mtime, size and
+// revision.
+func Same(a, b store.Build) bool {
+	return a.ModTime.Equal(b.ModTime) && a.Size == b.Size && a.Revision == b.Revision
+}
+
+// describeBuild is a build as messages show it.
+func describeBuild(b *store.Build) string {
+	if b == nil || !Stamped(*b) {
+		return "unstamped build"
+	}
+	s := fmt.Sprintf("build of %s, %d bytes", b.ModTime.UTC().Format("2006-01-02T15:04:05.999999999Z"), b.Size)
+	if b.Revision != "" {
+		s += ", revision " + b.Revision
+	}
+	return s
+}

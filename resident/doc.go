@@ -1,0 +1,79 @@
+// Package resident is the resident role of one store file (SPEC.md R1-R8):
+// one live process serves a store, a second one is refused with the holder
+// named or waits as a standby, and a newer build of the command can ask the
+// holder to hand the role over. A held role is a *Role, which is a
+// store.Lease, so the same keeper (package fence) and supervisor drive it.
+//
+// # Files
+//
+// For a store /d/app.db, beside it in /d:
+//
+//	app.db.resident.lock      the role: flock(LOCK_EX) held by the holder for
+//	                          as long as it lives; its content is the payload
+//	app.db.resident.fence     {"schema":1,"fence":N}: the last fencing token
+//	app.db.resident.handover  a newcomer's handover request (at most one)
+//
+// All are created 0600, opened with O_NOFOLLOW, must be regular files owned
+// by the effective uid, and are never deleted by fencerun: deleting or
+// replacing the lock file would let a standby lock an orphaned inode, so a
+// holder instead checks that the path still names the inode it locked
+// (Renew, Check) and gives up the role (store.ErrLost) when it does not.
+//
+// # What it guarantees
+//
+//   - Exclusion is the kernel's: the role is held exactly while the holder's
+//     open file description holds flock(LOCK_EX) on the lock file, so it ends
+//     when the holder dies, however it dies, and `flock(1)` on that file blocks
+//     while a resident runs. A live holder is never taken from (S1).
+//   - The payload is never trusted alone (R2): a probe takes a non-blocking
+//     lock first, and a payload on an unlocked file is stale and ignored. A
+//     non-empty stale payload is a holder that died without releasing: its
+//     marker becomes the next holder's Predecessor.
+//   - A reader never sees a half-written payload. The payload lives in the
+//     lock file, so it cannot be replaced by rename (that would swap the
+//     locked inode); instead the holder rewrites it in place under an OFD
+//     write lock (F_OFD_SETLK) and readers read under an OFD read lock. On
+//     Linux these byte-range locks do not interact with flock. The rewrite is
+//     one pwrite, padded with blanks to the old length, then an ftruncate, so
+//     even a holder killed between the two leaves valid JSON.
+//   - Fencing tokens (S4) come from the fence file, written atomically
+//     (temp, fsync, rename, directory fsync) before the payload announces
+//     them, so a crash between the two loses a token that was never handed
+//     out, and tokens survive a reboot. The next token is one more than the
+//     larger of the fence file and a stale payload.
+//   - Handover (R5) is decided by the holder. A newcomer whose build is
+//     strictly newer (Newer) writes a request naming the holder's fence; the
+//     holder sees it through inotify on the directory, takes it (renames it
+//     away, so each request is judged once) and either accepts (Check returns
+//     store.RequestHandover) or records a refusal in its payload, where the
+//     newcomer reads it. It refuses a request for another holder's fence,
+//     one dated before its own acquisition, one not from a newer build, and
+//     one whose requester is already dead. Two newcomers at once: the last
+//     request written is judged; once the role moves, every newcomer judges
+//     the new holder afresh, so the newest build ends up holding it and an
+//     equal one is refused as not newer.
+//   - Waiting (a standby, or a newcomer waiting for a handover) sleeps in
+//     poll(2) on inotify of the lock file (payload writes, closes), a pidfd of
+//     the holder and an eventfd for cancellation; it never spins. A one
+//     second safety net covers unlocks that no event announces (a flock(1)
+//     run by hand on the file).
+//   - Ticks (R6): only the holding process writes its payload; Tick stamps
+//     last_tick there. Status reports a holder that ticked and then stayed
+//     silent for its stuck_after as store.Stuck (R7); one that never ticked
+//     is never stuck.
+//
+// # What it does not guarantee
+//
+//   - It does not stop anything: a lost role only says so (Renew, Check), a
+//     handover request only asks. Package fence and the supervisor act.
+//   - The lock file must be on a local file system: on NFS, flock is emulated
+//     with byte-range locks and would conflict with the payload's OFD locks.
+//   - Liveness of a pid is judged on this host only; the role is one host's.
+//   - Deleting the fence file by hand restarts tokens from the stale payload
+//     (or 1), like deleting any state.
+//   - A newcomer whose request the holder accepts but whose command takes
+//     longer than HandoverWait to stop gives up (ReasonHandoverTimedOut); the
+//     role is then free for whoever comes next. HandoverWait should exceed
+//     the holder's --grace.
+//   - Status is a snapshot: the role may change as soon as it returns.
+package resident

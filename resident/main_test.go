@@ -1,0 +1,317 @@
+package resident
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// guard bounds every wait in these tests; it is a failure guard, never a
+// synchronisation.
+const guard = 20 * time.Second
+
+// TestMain doubles as a holder process when re-executed with
+// RESIDENT_HELPER set: it takes the role of $RESIDENT_STORE, prints
+// "held PID FENCE", then either holds until its stdin closes (mode "hold")
+// or also acts as its own keeper (mode "keeper"): on a handover request it
+// prints "handover", releases and exits 77, as fencerun would.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("RESIDENT_HELPER"); mode != "" {
+		os.Exit(helperMain(mode))
+	}
+	dir, err := os.MkdirTemp("", "resident-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	progDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func helperMain(mode string) int {
+	var b store.Build
+	if p := os.Getenv("RESIDENT_BUILD"); p != "" {
+		var err error
+		if b, err = BuildOf(p); err != nil {
+			fmt.Println("error", err)
+			return 125
+		}
+	}
+	role, ref, err := Acquire(context.Background(), os.Getenv("RESIDENT_STORE"), Claim{
+		Claim: store.Claim{Name: "helper", Marker: os.Getenv("RESIDENT_MARKER"), TTL: time.Minute},
+		Build: b,
+	})
+	switch {
+	case err != nil:
+		fmt.Println("error", err)
+		return 125
+	case ref != nil:
+		fmt.Println("refused", ref)
+		return 75
+	}
+	fmt.Printf("held %d %d\n", os.Getpid(), role.Fence())
+	eof := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(eof)
+	}()
+	for {
+		select {
+		case <-eof:
+			role.Release(context.Background())
+			return 0
+		case <-role.Changes():
+			if mode != "keeper" {
+				continue
+			}
+			req, err := role.Check(context.Background())
+			if errors.Is(err, store.ErrLost) {
+				fmt.Println("lost")
+				return 76
+			}
+			if req == store.RequestHandover {
+				fmt.Println("handover")
+				role.Release(context.Background())
+				return 77
+			}
+		}
+	}
+}
+
+// holderProc is a helper process holding a role.
+type holderProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	pid   int
+	fence uint64
+}
+
+// startHolder starts a helper holding the role of storePath, built as the
+// executable at build (or unstamped when ""), and returns once it holds it.
+func startHolder(t *testing.T, mode, storePath, build, marker string) *holderProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RESIDENT_HELPER="+mode, "RESIDENT_STORE="+storePath,
+		"RESIDENT_BUILD="+build, "RESIDENT_MARKER="+marker)
+	if os.Getenv("GORACE") == "" {
+		// Under -race a process lingers a second at exit by default.
+		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
+	}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holderProc{cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+		close(h.lines)
+	}()
+	t.Cleanup(func() {
+		h.cmd.Process.Kill()
+		h.cmd.Wait()
+	})
+	line := h.next(t)
+	if _, err := fmt.Sscanf(line, "held %d %d", &h.pid, &h.fence); err != nil {
+		t.Fatalf("helper: %q", line)
+	}
+	if h.pid != cmd.Process.Pid {
+		t.Fatalf("helper says pid %d, started as %d", h.pid, cmd.Process.Pid)
+	}
+	return h
+}
+
+// next is the helper's next line of output ("" once it closed stdout).
+func (h *holderProc) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case l := <-h.lines:
+		return l
+	case <-time.After(guard):
+		t.Fatal("helper said nothing")
+	}
+	return ""
+}
+
+// exit closes the helper's stdin (so a holder releases) and returns its
+// exit code.
+func (h *holderProc) exit(t *testing.T) int {
+	t.Helper()
+	h.stdin.Close()
+	return h.wait(t)
+}
+
+func (h *holderProc) wait(t *testing.T) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- h.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(guard):
+		t.Fatal("helper did not exit")
+	}
+	return -1
+}
+
+// progDir holds the small Go programs built for the build-identity tests.
+var (
+	progDir  string
+	progOnce sync.Once
+	progErr  error
+)
+
+// progs returns three builds of one small Go program: older, mid and newer,
+// their mtimes a second apart (set with Chtimes rather than waited for).
+func progs(t *testing.T) (older, mid, newer string) {
+	t.Helper()
+	older, mid, newer = filepath.Join(progDir, "older"), filepath.Join(progDir, "mid"), filepath.Join(progDir, "newer")
+	progOnce.Do(func() {
+		src := filepath.Join(progDir, "src")
+		if progErr = os.MkdirAll(src, 0o700); progErr != nil {
+			return
+		}
+		os.WriteFile(filepath.Join(src, "go.mod"), []byte("module prog\n\ngo 1.22\n"), 0o600)
+		os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n\nfunc main() { println(\"prog\") }\n"), 0o600)
+		cmd := exec.Command("go", "build", "-o", mid, ".")
+		cmd.Dir = src
+		if out, err := cmd.CombinedOutput(); err != nil {
+			progErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		data, err := os.ReadFile(mid)
+		if err != nil {
+			progErr = err
+			return
+		}
+		fi, _ := os.Stat(mid)
+		for p, d := range map[string]time.Duration{older: -time.Second, newer: time.Second} {
+			if progErr = os.WriteFile(p, data, 0o700); progErr != nil {
+				return
+			}
+			if progErr = os.Chtimes(p, fi.ModTime(), fi.ModTime().Add(d)); progErr != nil {
+				return
+			}
+		}
+	})
+	if progErr != nil {
+		t.Fatal(progErr)
+	}
+	return older, mid, newer
+}
+
+func buildOf(t *testing.T, path string) store.Build {
+	t.Helper()
+	b, err := BuildOf(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// logLines is a logger whose lines a test can wait for.
+type logLines struct{ ch chan string }
+
+func newLogLines() *logLines { return &logLines{ch: make(chan string, 256)} }
+
+func (l *logLines) Write(p []byte) (int, error) {
+	select {
+	case l.ch <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+func (l *logLines) logger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Output: l, Level: hclog.Debug})
+}
+
+// waitFor returns once a line containing s was logged.
+func (l *logLines) waitFor(t *testing.T, s string) {
+	t.Helper()
+	timeout := time.After(guard)
+	for {
+		select {
+		case line := <-l.ch:
+			if strings.Contains(line, s) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no log line with %q", s)
+		}
+	}
+}
+
+func mustAcquire(t *testing.T, storePath string, c Claim) *Role {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	r, ref, err := Acquire(ctx, storePath, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref != nil {
+		t.Fatalf("refused: %v", ref)
+	}
+	t.Cleanup(func() { r.Release(context.Background()) })
+	return r
+}
+
+func mustStatus(t *testing.T, storePath string) *store.Status {
+	t.Helper()
+	st, err := Status(storePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// deadPID is the pid of a process that has exited and been reaped.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }

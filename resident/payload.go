@@ -1,0 +1,160 @@
+package resident
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// schema is the version of the payload, fence and handover files.
+const schema = 1
+
+// payload is the lock file's content while the role is held (R3).
+type payload struct {
+	Schema     int         `json:"schema"`
+	PID        int         `json:"pid"` // the fencerun process holding the role
+	Host       string      `json:"host"`
+	Surface    string      `json:"surface"` // the holder name
+	Reason     string      `json:"reason,omitempty"`
+	AcquiredAt time.Time   `json:"acquired_at"`
+	Store      string      `json:"store"`
+	LastTick   time.Time   `json:"last_tick,omitzero"`
+	StuckAfter duration    `json:"stuck_after,omitzero"` // 0: never stuck
+	Build      store.Build `json:"build"`
+	Fence      uint64      `json:"fence"`
+	Marker     string      `json:"marker,omitempty"` // not shown by status
+	CommandPID int         `json:"command_pid,omitempty"`
+	// HandingOver: the holder accepted a handover request and is stopping.
+	HandingOver bool `json:"handing_over,omitempty"`
+	// HandoverRefused: the holder's answer to the last request it refused,
+	// read by the newcomer that sent it.
+	HandoverRefused *refusalNote `json:"handover_refused,omitempty"`
+}
+
+type refusalNote struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// duration is a time.Duration written as "5m0s".
+type duration time.Duration
+
+func (d duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+func (d *duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = duration(v)
+	return err
+}
+
+// decodePayload parses a payload read from path; empty reports a file with
+// nothing but blanks in it (a released role, or one being taken).
+func decodePayload(data []byte, path string) (p payload, empty bool, err error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return payload{}, true, nil
+	}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return payload{}, false, fmt.Errorf("%w: %s: %v", store.ErrCorrupt, path, err)
+	}
+	switch {
+	case p.Schema != schema:
+		err = fmt.Errorf("unknown schema %d", p.Schema)
+	case p.PID <= 0:
+		err = fmt.Errorf("pid %d", p.PID)
+	case p.Fence == 0:
+		err = fmt.Errorf("no fence")
+	case p.AcquiredAt.IsZero():
+		err = fmt.Errorf("no acquired_at")
+	}
+	if err != nil {
+		return payload{}, false, fmt.Errorf("%w: %s: %v", store.ErrCorrupt, path, err)
+	}
+	return p, false, nil
+}
+
+// readPayload reads the payload from fd under an OFD read lock, so that it
+// never sees a write half done.
+func readPayload(fd int, path string) (payload, bool, error) {
+	if err := lockRange(fd, unix.F_RDLCK, path); err != nil {
+		return payload{}, false, err
+	}
+	data, err := readAll(fd, path)
+	lockRange(fd, unix.F_UNLCK, path)
+	if err != nil {
+		return payload{}, false, err
+	}
+	return decodePayload(data, path)
+}
+
+// holder is the payload as status shows it.
+func (p payload) holder() *store.Holder {
+	b := p.Build
+	return &store.Holder{
+		Name:       p.Surface,
+		PID:        p.PID,
+		Host:       p.Host,
+		Reason:     p.Reason,
+		Acquired:   p.AcquiredAt,
+		Fence:      p.Fence,
+		LastTick:   p.LastTick,
+		Build:      &b,
+		CommandPID: p.CommandPID,
+		Marker:     p.Marker,
+	}
+}
+
+// stuck reports whether the holder ticked and then stayed silent for its
+// stuck_after, as of now (R7).
+func (p payload) stuck(now time.Time) bool {
+	return p.StuckAfter > 0 && !p.LastTick.IsZero() && now.Sub(p.LastTick) >= time.Duration(p.StuckAfter)
+}
+
+// payloadFile is the holder's writing end of the lock file.
+type payloadFile struct {
+	fd   int
+	path string
+	size int // length of the content last written (or found)
+}
+
+// write replaces the payload in place: under an OFD write lock, one pwrite
+// of the new JSON padded with blanks over the old content, then a truncate
+// to the new length. Killed at any point, the file holds valid JSON: the
+// old, or the new followed by blanks.
+func (f *payloadFile) write(p payload) error {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("resident: encode payload: %w", err)
+	}
+	data = append(data, '\n')
+	n := len(data)
+	if pad := f.size - n; pad > 0 {
+		data = append(data, bytes.Repeat([]byte{' '}, pad)...)
+	}
+	return f.rewrite(data, n)
+}
+
+// clear empties the payload: the role is released.
+func (f *payloadFile) clear() error { return f.rewrite(nil, 0) }
+
+func (f *payloadFile) rewrite(data []byte, n int) error {
+	if err := lockRange(f.fd, unix.F_WRLCK, f.path); err != nil {
+		return err
+	}
+	defer lockRange(f.fd, unix.F_UNLCK, f.path)
+	if err := writeFull(f.fd, data, 0); err != nil {
+		return &os.PathError{Op: "write", Path: f.path, Err: err}
+	}
+	f.size = len(data)
+	if err := unix.Ftruncate(f.fd, int64(n)); err != nil {
+		return &os.PathError{Op: "truncate", Path: f.path, Err: err}
+	}
+	f.size = n
+	return nil
+}

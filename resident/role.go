@@ -1,0 +1,176 @@
+package resident
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// Role is the held resident role of one store: a store.Lease whose
+// liveness is the kernel lock on the lock file. Key, Fence, Env, Changes and
+// Predecessor are safe from any goroutine; the other methods are meant for
+// one at a time (the keeper's) but are safe together too.
+type Role struct {
+	paths   paths
+	fence   uint64
+	ttl     time.Duration
+	now     func() time.Time
+	log     hclog.Logger
+	pred    *store.Holder
+	changes chan struct{}
+	watch   *roleWatch
+
+	mu       sync.Mutex
+	file     payloadFile // its fd holds flock(LOCK_EX) on the lock file
+	p        payload
+	handover bool // a request was accepted: Check keeps saying so
+	released bool
+}
+
+var _ store.Lease = (*Role)(nil)
+
+// Key is the absolute path of the store file (FENCERUN_RESIDENT).
+func (r *Role) Key() string { return r.paths.store }
+
+// Fence is this acquisition's fencing token.
+func (r *Role) Fence() uint64 { return r.fence }
+
+// Env is nil: the caller gives the command FENCERUN_RESIDENT and the rest.
+func (r *Role) Env() []string { return nil }
+
+// Predecessor is the holder that died holding the role (its payload was
+// left behind), with its Marker, else nil.
+func (r *Role) Predecessor() *store.Holder { return r.pred }
+
+// Changes receives when a handover request arrived or the lock file was
+// unlinked, renamed or replaced; the receiver then calls Check.
+func (r *Role) Changes() <-chan struct{} { return r.changes }
+
+// Renew checks that the role is still this holder's: the lock path still
+// names the inode it holds locked. The kernel lock does not expire, so the
+// returned expiry is only TTL from now, for the keeper's deadline. It
+// writes nothing.
+func (r *Role) Renew(ctx context.Context) (time.Time, error) {
+	if err := r.verify(); err != nil {
+		return time.Time{}, err
+	}
+	return r.now().Add(r.ttl), nil
+}
+
+// Check verifies the role as Renew does, then judges a pending handover
+// request: store.RequestHandover when it comes from a strictly newer build,
+// for this holder, dated after its acquisition, from a live process. Once
+// it accepted one it keeps returning RequestHandover. A request it refuses
+// is answered in its own payload (handover_refused), the one write Check
+// makes, so the newcomer learns at once; an unreadable request is ignored.
+func (r *Role) Check(ctx context.Context) (store.Request, error) {
+	if err := r.verify(); err != nil {
+		return store.RequestNone, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.handover {
+		return store.RequestHandover, nil
+	}
+	q, err := takeRequest(r.paths.handover)
+	if err != nil {
+		r.log.Warn("ignoring an unreadable handover request", "error", err)
+		return store.RequestNone, nil
+	}
+	if q == nil {
+		return store.RequestNone, nil
+	}
+	if why := judge(*q, r.p); why != "" {
+		r.log.Info("refused a handover request", "from_pid", q.PID, "from_host", q.Host, "reason", why)
+		r.p.HandoverRefused = &refusalNote{ID: q.ID, Reason: why}
+		if err := r.file.write(r.p); err != nil {
+			return store.RequestNone, fmt.Errorf("resident: record handover refusal: %w", err)
+		}
+		return store.RequestNone, nil
+	}
+	r.log.Info("handing the role over to a newer build", "to_pid", q.PID, "to_host", q.Host,
+		"build", describeBuild(&q.Build))
+	r.handover = true
+	r.p.HandingOver = true
+	if err := r.file.write(r.p); err != nil {
+		r.log.Warn("could not mark the payload as handing over", "error", err)
+	}
+	return store.RequestHandover, nil
+}
+
+// Tick stamps last_tick at t in the payload. Only the holder has the
+// payload's writing end; the caller (the keeper's tick socket) has already
+// checked that the tick comes from the command (R6).
+func (r *Role) Tick(ctx context.Context, t time.Time) error {
+	if err := r.verify(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.p.LastTick = t
+	return r.file.write(r.p)
+}
+
+// SetCommandPID records the command's own pid beside the holder's (status
+// shows it as command_pid).
+func (r *Role) SetCommandPID(pid int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return nil
+	}
+	r.p.CommandPID = pid
+	return r.file.write(r.p)
+}
+
+// Release gives the role up: the payload is emptied, then the kernel lock
+// dropped (before the close, so the close event that wakes standbys comes
+// after the unlock). A standby or newcomer takes the role at once. Call it
+// only after the command's processes are gone. Releasing twice, or a lost
+// role, returns nil.
+func (r *Role) Release(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return nil
+	}
+	r.released = true
+	var err error
+	if same, _ := sameFile(r.file.fd, r.paths.lock); same {
+		if err = r.file.clear(); err != nil {
+			err = fmt.Errorf("resident: release: %w", err)
+		}
+	}
+	unix.Flock(r.file.fd, unix.LOCK_UN)
+	unix.Close(r.file.fd)
+	// Only now, and not waited for: closing an inotify instance waits for
+	// the kernel to reap its marks (milliseconds), which must delay neither
+	// the next holder nor this one's exit.
+	go r.watch.close()
+	r.log.Debug("released the role", "fence", r.fence)
+	return err
+}
+
+// verify: the role is still ours while the lock path names the inode we
+// hold locked. Deleted or replaced, a newcomer could lock a new file.
+func (r *Role) verify() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return fmt.Errorf("%w: %s: released", store.ErrLost, r.paths.lock)
+	}
+	same, err := sameFile(r.file.fd, r.paths.lock)
+	if err != nil {
+		return fmt.Errorf("resident: %w", err)
+	}
+	if !same {
+		return fmt.Errorf("%w: %s no longer names the file this holder locked (deleted or replaced)", store.ErrLost, r.paths.lock)
+	}
+	return nil
+}

@@ -1,0 +1,89 @@
+package resident
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// Status reads the resident role of the store at storePath without writing
+// anything. It never trusts the payload alone (R2): it first probes the
+// kernel lock without blocking, and a payload on an unlocked file is stale.
+//
+// State is store.Held (Holder set; Holder nil when the lock is taken but no
+// holder is recorded yet: being taken, or flock(1) run on the file by hand),
+// store.Stuck (ticked, then silent for the holder's stuck_after), store.Free,
+// or store.Corrupt with Err naming the file (a held role whose payload
+// cannot be read, a directory or symlink in place of the lock file). The
+// error is for failing to look at all (permissions, I/O).
+func Status(storePath string) (*store.Status, error) {
+	p, err := pathsOf(storePath)
+	if err != nil {
+		return nil, err
+	}
+	st := &store.Status{Store: p.store, State: store.Free, Waiters: []store.Holder{}}
+	fd, err := openState(p.lock, unix.O_RDONLY, true)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return st, nil
+	case errors.Is(err, store.ErrCorrupt), errors.Is(err, store.ErrUnsafe):
+		st.State, st.Err = store.Corrupt, err
+		return st, nil
+	case err != nil:
+		return nil, fmt.Errorf("resident: status: %w", err)
+	}
+	defer unix.Close(fd)
+
+	for probes := 0; ; probes++ {
+		held, err := probe(fd, p.lock)
+		if err != nil {
+			return nil, fmt.Errorf("resident: status: %w", err)
+		}
+		if !held {
+			return st, nil
+		}
+		pl, empty, err := readPayload(fd, p.lock)
+		switch {
+		case errors.Is(err, store.ErrCorrupt):
+			st.State, st.Err = store.Corrupt, err
+			return st, nil
+		case err != nil:
+			return nil, fmt.Errorf("resident: status: %w", err)
+		case empty && probes == 0:
+			continue // released since the probe? probe once more
+		case empty:
+			st.State = store.Held
+			return st, nil
+		}
+		st.State, st.Holder = store.Held, pl.holder()
+		st.Holder.Marker = ""
+		if pl.stuck(time.Now()) {
+			st.State = store.Stuck
+		}
+		return st, nil
+	}
+}
+
+// probe reports whether someone holds the role's lock, by trying a shared
+// lock without blocking. A lock it won is dropped before the caller's close,
+// so that the close event a standby may wake on comes after the unlock.
+func probe(fd int, path string) (bool, error) {
+	for {
+		err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB)
+		switch err {
+		case nil:
+			unix.Flock(fd, unix.LOCK_UN)
+			return false, nil
+		case unix.EWOULDBLOCK:
+			return true, nil
+		case unix.EINTR:
+			continue
+		}
+		return false, &os.PathError{Op: "flock", Path: path, Err: err}
+	}
+}
