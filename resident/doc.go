@@ -13,8 +13,10 @@
 //	app.db.resident.fence     {"schema":1,"fence":N}: the last fencing token
 //	app.db.resident.handover  a newcomer's handover request (at most one)
 //
-// All are created 0600, opened with O_NOFOLLOW, must be regular files owned
-// by the effective uid, and are never deleted by fencerun: deleting or
+// All are created 0600 and opened with O_NOFOLLOW; a symlink, a directory
+// or another non-regular file in their place is an error naming it (B4),
+// and so is, except for Status, a file owned by another user. The lock file
+// is never deleted by fencerun: deleting or
 // replacing the lock file would let a standby lock an orphaned inode, so a
 // holder instead checks that the path still names the inode it locked
 // (Renew, Check) and gives up the role (store.ErrLost) when it does not.
@@ -52,6 +54,10 @@
 //     request written is judged; once the role moves, every newcomer judges
 //     the new holder afresh, so the newest build ends up holding it and an
 //     equal one is refused as not newer.
+//   - A lock held while the payload names no live holder (a role being
+//     taken or released, a status probe's instant) is given two seconds to
+//     settle; then a corrupt payload fails closed (S6: store.ErrCorrupt naming
+//     the file) and an empty one is refused as held by an unknown process.
 //   - Waiting (a standby, or a newcomer waiting for a handover) sleeps in
 //     poll(2) on inotify of the lock file (payload writes, closes), a pidfd of
 //     the holder and an eventfd for cancellation; it never spins. A one
@@ -71,9 +77,13 @@
 //   - Liveness of a pid is judged on this host only; the role is one host's.
 //   - Deleting the fence file by hand restarts tokens from the stale payload
 //     (or 1), like deleting any state.
-//   - A newcomer whose request the holder accepts but whose command takes
-//     longer than HandoverWait to stop gives up (ReasonHandoverTimedOut); the
-//     role is then free for whoever comes next. HandoverWait should exceed
-//     the holder's --grace.
-//   - Status is a snapshot: the role may change as soon as it returns.
+//   - When a holder accepts a request but its command takes longer than the
+//     newcomer's HandoverWait to stop, the newcomer gives up
+//     (ReasonHandoverTimedOut) and the role is then free for whoever comes
+//     next: HandoverWait should exceed the holder's --grace.
+//   - Status is a snapshot: the role may change as soon as it returns. Its
+//     probe holds a shared lock for an instant; an Acquire that meets it
+//     sees a held file with a stale payload and retries, unless the stale
+//     payload's pid has since been reused by a live process, when it reports
+//     that pid as the holder (contention, never a second holder).
 package resident
