@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -59,13 +58,14 @@ type acquirer struct {
 	claim store.Claim
 	entry *ownEntry // our queue entry while we wait
 	last  uint64    // the highest sequence number seen in the queue
+	tail  string    // the last live entry seen in the queue
 }
 
-// busy says who is in the way: whom to report, and which process to wait
-// behind (0: none known on this host).
+// busy says who is in the way: whom to report, and the lock to wait on.
 type busy struct {
 	holder *store.Holder
-	pid    int
+	wait   dir
+	name   string
 }
 
 func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
@@ -78,33 +78,32 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 		unix.Close(g)
 		return l, b.holder, err
 	}
-	// Join the queue. The watches are in place before the entry appears, and
-	// every wake-up re-reads the state under the guard, so no change between
-	// a look and the sleep after it is missed.
-	w, err := newWaiter(ctx, a.kd)
-	if err == nil {
-		defer w.close()
-		err = a.enqueue(w)
-	}
+	err = a.enqueue()
 	unix.Close(g)
 	if err != nil {
-		a.leave()
 		return nil, nil, err
+	}
+	if a.tail != "" {
+		b.wait, b.name = a.entry.qd, a.tail
 	}
 	a.s.log.Debug("waiting for the lease", "key", a.key, "entry", a.entry.name)
 	for {
-		w.sleep(b.pid)
+		// Sleep in the kernel until the lock in our way is released: the
+		// holder's live lock when we are at the head of the queue, else
+		// the entry lock of the waiter just ahead. A release, a death and
+		// a departure all drop that lock, and wake us at once.
+		err := waitUnlocked(ctx, b.wait, b.name)
 		if ctx.Err() != nil {
 			a.leave()
 			return nil, nil, fmt.Errorf("filestore: waiting for %q: %w", a.key, context.Cause(ctx))
 		}
-		g, err := lockFile(ctx, a.kd, guardFile, true, unix.LOCK_EX)
-		if err != nil {
-			a.leave()
-			return nil, nil, err
+		if err == nil {
+			var g int
+			if g, err = lockFile(ctx, a.kd, guardFile, true, unix.LOCK_EX); err == nil {
+				l, b, err = a.attempt()
+				unix.Close(g)
+			}
 		}
-		l, b, err = a.attempt()
-		unix.Close(g)
 		if l != nil {
 			return l, nil, nil
 		}
@@ -113,6 +112,21 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 			return nil, nil, err
 		}
 	}
+}
+
+// waitUnlocked returns once nobody holds flock(LOCK_EX) on name in d (or
+// it is gone), or ctx ends. It takes LOCK_SH, which probes (LOCK_SH|NB)
+// never conflict with, and drops it at once.
+func waitUnlocked(ctx context.Context, d dir, name string) error {
+	fd, err := lockFile(ctx, d, name, false, unix.LOCK_SH)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	return nil
 }
 
 // attempt takes the lease if it is our turn and live is free. The caller
@@ -140,7 +154,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 		ahead = q[:pos]
 	}
 	if len(q) > 0 {
-		a.last = q[len(q)-1].seq
+		a.last, a.tail = q[len(q)-1].seq, q[len(q)-1].name
 	}
 	live, err := openFile(a.kd, liveFile, unix.O_RDONLY|unix.O_CREAT)
 	if err != nil {
@@ -160,7 +174,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 		return l, busy{}, err
 	}
 	unix.Close(live) // and with it the lock, if we got it out of turn
-	var b busy
+	b := busy{wait: a.kd, name: liveFile}
 	if free {
 		h := ahead[0].w.holder()
 		b.holder = &h
@@ -169,27 +183,11 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 		if b.holder == nil { // live held without a record: not ours to describe
 			b.holder = &store.Holder{Fence: rec.Fence}
 		}
-		b.pid = a.localPID(rec.Holder.pidHost())
 	}
-	if len(ahead) > 0 {
-		last := ahead[len(ahead)-1].w
-		b.pid = a.localPID(last.PID, last.Host)
+	if len(ahead) > 0 && a.entry != nil {
+		b.wait, b.name = a.entry.qd, ahead[len(ahead)-1].name
 	}
 	return nil, b, nil
-}
-
-func (a *acquirer) localPID(pid int, host string) int {
-	if host != a.s.host {
-		return 0
-	}
-	return pid
-}
-
-func (h *holderRecord) pidHost() (int, string) {
-	if h == nil {
-		return 0, ""
-	}
-	return h.PID, h.Host
 }
 
 // take writes the record that makes us the holder, durably, and returns the
@@ -200,10 +198,9 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 		unix.Close(live)
 		return nil, err
 	}
-	// Watch before writing, so that no revocation or cancel after the write
-	// can be missed; our own write's events are drained before the watch
-	// starts delivering.
-	in, err := newHolderWatch(a.kd)
+	// Listen before writing, so that no revocation or cancel after the
+	// write can miss us.
+	n, err := listenNotify()
 	if err != nil {
 		unix.Close(live)
 		return nil, err
@@ -219,12 +216,13 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 			Host:     a.claim.Host,
 			Reason:   a.claim.Reason,
 			Marker:   a.claim.Marker,
+			Notify:   n.name,
 			Acquired: now,
 			Expires:  now.Add(a.claim.TTL),
 		},
 	}
 	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{syncDir: true}); err != nil {
-		unix.Close(in)
+		n.stop(false)
 		unix.Close(live)
 		return nil, err
 	}
@@ -248,7 +246,8 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 		pred:    pred.holder(rec.Fence),
 		changes: make(chan struct{}, 1),
 	}
-	l.watch = startHolderWatch(in, l.changes, a.s.log)
+	l.notify = n
+	n.start(l.changes, a.s.log)
 	if pred != nil {
 		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", rec.Fence, "fence", next.Fence)
 	}
@@ -266,13 +265,9 @@ func newToken() (string, error) {
 
 // enqueue appends our entry to the queue, locked before it becomes
 // visible. The caller holds the guard exclusively.
-func (a *acquirer) enqueue(w *waiter) error {
+func (a *acquirer) enqueue() error {
 	qd, err := openDir(a.kd, queueDir, true)
 	if err != nil {
-		return err
-	}
-	if err := w.watch(qd, queueMask); err != nil {
-		qd.close()
 		return err
 	}
 	entry := waiterRecord{PID: a.claim.PID, Host: a.claim.Host, Name: a.claim.Name, Reason: a.claim.Reason, Since: a.s.now()}
@@ -431,8 +426,3 @@ func readEntry(qd dir, name string) (queued, bool, error) {
 func sortQueue(q []queued) {
 	slices.SortFunc(q, func(a, b queued) int { return cmp.Compare(a.seq, b.seq) })
 }
-
-// safetyTimeout bounds a waiter's sleep: a re-check in case a wake-up was
-// lost to something this package cannot watch (a pid from another
-// namespace, a lock handed to another process).
-const safetyTimeout = 5 * time.Second

@@ -181,6 +181,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		if _, err := writeAtomic(kd, leaseFile, fresh.marshal(), writeOpts{syncDir: true}); err != nil {
 			return false, err
 		}
+		poke(salvageNotify(data), s.log) // a holder may still run under it
 		s.log.Warn("cleared a corrupt lease record", "key", key, "cause", err, "fence", fence)
 		return true, nil
 	}
@@ -195,6 +196,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		if _, err := writeAtomic(kd, leaseFile, rec.marshal(), writeOpts{}); err != nil {
 			return false, err
 		}
+		poke(rec.Holder.Notify, s.log)
 		s.log.Info("revoked", "key", key, "fence", rec.Fence, "pid", rec.Holder.PID)
 		return true, nil
 	case rec.Revoked && rec.Holder != nil:
@@ -288,6 +290,15 @@ func salvage(data []byte, field string) uint64 {
 	return best
 }
 
+var notifyRE = regexp.MustCompile(`"notify"\s*:\s*"(` + regexp.QuoteMeta(notifyPrefix) + `[0-9a-f]{32})"`)
+
+func salvageNotify(data []byte) string {
+	if m := notifyRE.FindSubmatch(data); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
 // Cancel asks the holder to stop gracefully (see store.Store): it writes
 // the holder's fence to the cancel file, which the holder's watch sees.
 func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
@@ -317,6 +328,7 @@ func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
 	if _, err := writeAtomic(kd, cancelFile, formatCancel(rec.Fence), writeOpts{}); err != nil {
 		return false, err
 	}
+	poke(rec.Holder.Notify, s.log)
 	s.log.Info("asked the holder to cancel", "key", key, "fence", rec.Fence, "pid", rec.Holder.PID)
 	return true, nil
 }

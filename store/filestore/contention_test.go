@@ -14,7 +14,7 @@ import (
 )
 
 // waitWaiters waits until status shows n live waiters on key.
-func waitWaiters(t *testing.T, s *Store, key string, n int) *store.Status {
+func waitWaiters(t testing.TB, s *Store, key string, n int) *store.Status {
 	t.Helper()
 	var st *store.Status
 	waitFor(t, fmt.Sprintf("%d waiters on %q", n, key), func() bool {

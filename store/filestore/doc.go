@@ -21,9 +21,14 @@
 //     record's secret token and version.
 //   - Waiters are served in arrival order. A waiter's queue entry is locked
 //     before it becomes visible; an entry whose lock is free is a dead
-//     waiter's and loses its place at once. Waiters sleep in poll(2) on
-//     inotify, a pidfd of the process they wait behind and an eventfd for
-//     their context: no busy polling.
+//     waiter's and loses its place at once. A waiter sleeps in the kernel,
+//     in flock(2) on the one lock in its way: the holder's live lock at the
+//     head of the queue, else the entry lock of the waiter just ahead. A
+//     release, a death or a departure drops that lock and wakes exactly the
+//     next waiter, at once: no polling, no timer.
+//   - A holder hears of a revocation or a cancel request at once: Revoke and
+//     Cancel send a datagram to an abstract unix socket named in its record
+//     (see notify_linux.go), and the holder's Check reads the record.
 //   - Corrupt state fails closed: an unreadable record or queue entry is an
 //     error wrapping store.ErrCorrupt naming the file, and nothing is
 //     overwritten until Revoke clears it. Nothing in the root is followed
@@ -45,6 +50,13 @@
 //   - Progress while a process is stopped holding a guard lock (inside a
 //     store call for a few microseconds): calls on that key wait for it;
 //     they give up when their context ends.
+//   - Prompt cleanup after a waiter gives up: its queue entry is removed at
+//     once, but the goroutine blocked in flock(2) for it stays, with one
+//     thread and one descriptor, until that lock is next released, then
+//     drops it at once. A process that exits after giving up (fencerun)
+//     does not notice.
+//   - Prompt news of changes made by hand, or from another network
+//     namespace: the holder sees those at its next renewal.
 //   - Durability of anything but the fence: after a crash a release or a
 //     renewal may be lost, which only makes the holder look dead, which it
 //     is.

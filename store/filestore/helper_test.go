@@ -216,7 +216,7 @@ func killedBy(err error, sig syscall.Signal) bool {
 const guard = 20 * time.Second
 
 // waitFor polls cond until it holds, failing the test after guard.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(guard)
 	for !cond() {

@@ -25,7 +25,7 @@ type Lease struct {
 	ttl     time.Duration
 	pred    *store.Holder
 	changes chan struct{}
-	watch   *holderWatch
+	notify  *notifier
 
 	mu       sync.Mutex // one operation at a time; guards the fields below
 	kd       dir
@@ -161,7 +161,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.released = true
 	defer func() {
-		l.watch.stop()
+		l.notify.stop(true)
 		l.kd.close()
 	}()
 	g, err := lockFile(ctx, l.kd, guardFile, true, unix.LOCK_EX)

@@ -39,6 +39,7 @@ type holderRecord struct {
 	Host     string    `json:"host"`
 	Reason   string    `json:"reason,omitempty"`
 	Marker   string    `json:"marker,omitempty"`
+	Notify   string    `json:"notify,omitempty"` // the holder's socket; see notify_linux.go
 	Acquired time.Time `json:"acquired"`
 	Expires  time.Time `json:"expires"`
 	LastTick time.Time `json:"last_tick,omitzero"`

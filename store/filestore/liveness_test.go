@@ -1,0 +1,293 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+func TestDeadHolderIsTakenOverAtOnce(t *testing.T) {
+	s, root := newStore(t)
+	c := spawn(t, "hold", root, "k", helperMarker+"=tree-of-the-dead")
+	fence, _ := strconv.ParseUint(c.expect("acquired"), 10, 64)
+	c.kill()
+	// Its lease has most of an hour to run; it is taken all the same.
+	l, h, err := s.Acquire(t.Context(), "k", claim("next"))
+	if err != nil || l == nil {
+		t.Fatalf("Acquire after the holder died = %v, %+v, %v", l, h, err)
+	}
+	defer mustRelease(t, l)
+	p := l.Predecessor()
+	if p == nil || p.PID != c.pid() || p.Marker != "tree-of-the-dead" || p.Fence != fence || p.Name != "helper" {
+		t.Errorf("Predecessor = %+v, want pid %d, its marker and fence %d", p, c.pid(), fence)
+	}
+	if l.Fence() != fence+1 {
+		t.Errorf("fence %d after the dead holder's %d", l.Fence(), fence)
+	}
+}
+
+func TestStatusShowsDeadHolderAsFree(t *testing.T) {
+	s, root := newStore(t)
+	c := spawn(t, "hold", root, "k")
+	c.expect("acquired")
+	if st := mustStatus(t, s, "k"); st.State != store.Held || st.Holder.PID != c.pid() {
+		t.Fatalf("status of a live holder: %+v", st)
+	}
+	c.kill()
+	if st := mustStatus(t, s, "k"); st.State != store.Free || st.Holder != nil {
+		t.Errorf("status of a dead holder: %+v, want free", st)
+	}
+}
+
+func TestStoppedHolderPastExpiryIsNotTaken(t *testing.T) {
+	clk := newClock()
+	s, root := newStore(t, Options{Now: clk.now})
+	c := spawn(t, "hold", root, "k") // its own clock: the real one, TTL an hour
+	c.expect("acquired")
+	if err := syscall.Kill(c.pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(24 * 365 * time.Hour) // this store sees the lease long expired
+	st := mustStatus(t, s, "k")
+	if st.State != store.Expired || st.Holder.PID != c.pid() {
+		t.Fatalf("status of a stopped holder past expiry: %+v", st)
+	}
+	l, h, err := s.Acquire(t.Context(), "k", claim("thief"))
+	if l != nil || err != nil || h == nil || h.PID != c.pid() {
+		t.Fatalf("Acquire of a stopped holder's expired lease = %v, %+v, %v; want busy", l, h, err)
+	}
+	pruned, err := s.Prune(t.Context())
+	if err != nil || len(pruned) != 0 {
+		t.Errorf("Prune with a stopped holder = %+v, %v; want nothing", pruned, err)
+	}
+	syscall.Kill(c.pid(), syscall.SIGCONT)
+	c.stdin.Close()
+	c.expect("released")
+	mustRelease(t, mustAcquire(t, s, "k", claim("next")))
+}
+
+// changed waits for a lease's Changes, failing after the guard.
+func changed(t *testing.T, l store.Lease, what string) {
+	t.Helper()
+	select {
+	case <-l.Changes():
+	case <-time.After(guard):
+		t.Fatalf("Changes did not fire within %v after %s", guard, what)
+	}
+}
+
+// quiet drains a lease's Changes of what its own writes caused.
+func quiet(l store.Lease) {
+	select {
+	case <-l.Changes():
+	default:
+	}
+}
+
+func TestRevoke(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	l := mustAcquire(t, s, "k", claim("victim"))
+	quiet(l)
+	if ok, err := s.Revoke(ctx, "k"); !ok || err != nil {
+		t.Fatalf("Revoke = %v, %v", ok, err)
+	}
+	changed(t, l, "a revoke")
+	if _, err := l.Check(ctx); !errors.Is(err, store.ErrLost) || !strings.Contains(err.Error(), "revoked") {
+		t.Errorf("Check after revoke: %v, want ErrLost saying revoked", err)
+	}
+	if _, err := l.Renew(ctx); !errors.Is(err, store.ErrLost) {
+		t.Errorf("Renew after revoke: %v, want ErrLost", err)
+	}
+	if err := l.Tick(ctx, time.Now()); !errors.Is(err, store.ErrLost) {
+		t.Errorf("Tick after revoke: %v, want ErrLost", err)
+	}
+	// The revoked holder still holds live: nobody gets in before it lets go.
+	if st := mustStatus(t, s, "k"); st.State != store.Held || st.Holder.Name != "victim" {
+		t.Errorf("status of a revoked, still running holder: %+v", st)
+	}
+	if l2, h, err := s.Acquire(ctx, "k", claim("early")); l2 != nil || err != nil || h.Name != "victim" {
+		t.Fatalf("Acquire while the revoked holder runs = %v, %+v, %v; want busy", l2, h, err)
+	}
+	got := make(chan store.Lease, 1)
+	go func() {
+		c := claim("next")
+		c.Wait = true
+		l, _, err := s.Acquire(context.Background(), "k", c)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitWaiters(t, s, "k", 1)
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release of a revoked lease: %v", err)
+	}
+	next := <-got
+	if next == nil {
+		t.Fatal("the waiter got no lease")
+	}
+	defer mustRelease(t, next)
+	if next.Fence() != l.Fence()+1 {
+		t.Errorf("fence after revoke = %d, want %d", next.Fence(), l.Fence()+1)
+	}
+	if p := next.Predecessor(); p != nil {
+		t.Errorf("predecessor after the revoked holder released cleanly: %+v", p)
+	}
+}
+
+func TestRevokedHolderThatDiesIsAPredecessor(t *testing.T) {
+	s, root := newStore(t)
+	c := spawn(t, "hold", root, "k", helperMarker+"=m")
+	c.expect("acquired")
+	if ok, err := s.Revoke(t.Context(), "k"); !ok || err != nil {
+		t.Fatalf("Revoke = %v, %v", ok, err)
+	}
+	if ok, err := s.Revoke(t.Context(), "k"); !ok || err != nil {
+		t.Errorf("second Revoke while the holder runs = %v, %v; want true", ok, err)
+	}
+	c.kill()
+	if ok, err := s.Revoke(t.Context(), "k"); ok || err != nil {
+		t.Errorf("Revoke after the holder died = %v, %v; want false", ok, err)
+	}
+	l := mustAcquire(t, s, "k", claim("next"))
+	defer mustRelease(t, l)
+	if p := l.Predecessor(); p == nil || p.PID != c.pid() || p.Marker != "m" {
+		t.Errorf("Predecessor = %+v, want the dead revoked holder", p)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	s, root := newStore(t)
+	ctx := t.Context()
+	if ok, err := s.Cancel(ctx, "k"); ok || err != nil {
+		t.Errorf("Cancel of an unknown key = %v, %v", ok, err)
+	}
+	l := mustAcquire(t, s, "k", claim("a"))
+	quiet(l)
+	if ok, err := s.Cancel(ctx, "k"); !ok || err != nil {
+		t.Fatalf("Cancel = %v, %v", ok, err)
+	}
+	changed(t, l, "a cancel")
+	if req, err := l.Check(ctx); req != store.RequestCancel || err != nil {
+		t.Errorf("Check after cancel = %v, %v; want RequestCancel", req, err)
+	}
+	if st := mustStatus(t, s, "k"); !st.Holder.Cancel {
+		t.Errorf("status does not show the cancel request: %+v", st.Holder)
+	}
+	mustRelease(t, l)
+	if _, err := os.Lstat(filepath.Join(keyPath(root, "k"), "cancel")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cancel file after release: %v", err)
+	}
+	if ok, err := s.Cancel(ctx, "k"); ok || err != nil {
+		t.Errorf("Cancel of a free key = %v, %v; want false", ok, err)
+	}
+	l = mustAcquire(t, s, "k", claim("b"))
+	defer mustRelease(t, l)
+	if req, err := l.Check(ctx); req != store.RequestNone || err != nil {
+		t.Errorf("Check of the next holder = %v, %v; want none", req, err)
+	}
+}
+
+func TestCancelOfADeadHolderIsFalse(t *testing.T) {
+	s, root := newStore(t)
+	c := spawn(t, "hold", root, "k")
+	c.expect("acquired")
+	c.kill()
+	if ok, err := s.Cancel(t.Context(), "k"); ok || err != nil {
+		t.Errorf("Cancel of a dead holder = %v, %v; want false", ok, err)
+	}
+}
+
+func TestCrashBeforeRenameNeverRepeatsAFence(t *testing.T) {
+	s, root := newStore(t)
+	var last uint64
+	for range 3 {
+		l := mustAcquire(t, s, "k", claim("a"))
+		last = l.Fence()
+		mustRelease(t, l)
+	}
+	kd := keyPath(root, "k")
+	before, _ := os.ReadFile(filepath.Join(kd, "lease"))
+	c := spawn(t, "hold", root, "k", crashHook+"=1")
+	if err := c.wait(); !killedBy(err, syscall.SIGKILL) {
+		t.Fatalf("the writer was to kill itself before the rename; it ended with %v", err)
+	}
+	after, _ := os.ReadFile(filepath.Join(kd, "lease"))
+	if string(after) != string(before) {
+		t.Errorf("lease record changed by a writer that died before the rename")
+	}
+	temps, _ := filepath.Glob(filepath.Join(kd, tempPrefix+"*"))
+	if len(temps) != 1 {
+		t.Fatalf("temporary files after the crash: %v, want the one it left", temps)
+	}
+	if st := mustStatus(t, s, "k"); st.State != store.Free {
+		t.Errorf("status with a stray temp file: %+v", st)
+	}
+	l := mustAcquire(t, s, "k", claim("b"))
+	if l.Fence() <= last {
+		t.Errorf("fence %d after a crash, not above the last handed out (%d)", l.Fence(), last)
+	}
+	mustRelease(t, l)
+	pruned, err := s.Prune(t.Context())
+	if err != nil || len(pruned) != 1 || pruned[0].What != "temp file" || pruned[0].Path != temps[0] || pruned[0].Key != "k" {
+		t.Errorf("Prune = %+v, %v; want the temp file %s", pruned, err, temps[0])
+	}
+	if _, err := os.Lstat(temps[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temp file after Prune: %v", err)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	clk := newClock()
+	s, root := newStore(t, Options{Now: clk.now})
+	ctx := t.Context()
+	// A holder that died with its lease, which then expired.
+	dead := spawn(t, "hold", root, "dead", helperMarker+"=leftovers")
+	dead.expect("acquired")
+	dead.kill()
+	// A waiter that died in the queue of a live holder.
+	live := mustAcquire(t, s, "busy", claim("alive"))
+	defer mustRelease(t, live)
+	w := spawn(t, "hold", root, "busy")
+	waitWaiters(t, s, "busy", 1)
+	w.kill()
+
+	clk.add(2 * time.Hour)
+	pruned, err := s.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"dead": "expired lease",
+		"busy": "dead waiter",
+	}
+	if len(pruned) != len(want) {
+		t.Fatalf("Prune = %+v, want %v", pruned, want)
+	}
+	for _, p := range pruned {
+		if want[p.Key] != p.What || !strings.HasPrefix(p.Path, keyPath(root, p.Key)) {
+			t.Errorf("pruned %+v, want %v", p, want)
+		}
+	}
+	if st := mustStatus(t, s, "busy"); st.State != store.Expired || st.Holder.Name != "alive" {
+		t.Errorf("Prune touched a live holder: %+v", st)
+	}
+	if again, err := s.Prune(ctx); len(again) != 0 || err != nil {
+		t.Errorf("second Prune = %+v, %v; want nothing", again, err)
+	}
+	// The fence survives, and so does the dead holder, for its leftovers.
+	l := mustAcquire(t, s, "dead", claim("next"))
+	defer mustRelease(t, l)
+	if p := l.Predecessor(); l.Fence() != 2 || p == nil || p.Marker != "leftovers" {
+		t.Errorf("after prune: fence %d, predecessor %+v", l.Fence(), p)
+	}
+}
