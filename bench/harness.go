@@ -83,7 +83,9 @@ type harness struct {
 	stampErr error
 	fencerun *tool
 	flock    *tool
-	notes    []string // said under the table: how figures were taken, what went wrong
+	populate string // path of the populate program; "" when it did not build
+
+	notes []string // said under the table: how figures were taken, what went wrong
 }
 
 func newHarness(cfg config) (*harness, error) {
@@ -108,6 +110,9 @@ func newHarness(cfg config) (*harness, error) {
 
 	bin, err := h.buildFencerun()
 	h.fencerun = h.fencerunTool(bin, err)
+	if err == nil {
+		h.populate = h.buildPopulate()
+	}
 
 	flockBin, err := exec.LookPath("flock")
 	if err != nil {
@@ -185,6 +190,20 @@ func (h *harness) buildFencerun() (string, error) {
 		return "", fmt.Errorf("./cmd/fencerun does not build: %s", firstLine(out))
 	}
 	return bin, nil
+}
+
+// buildPopulate builds the program that makes P6's keys through package
+// filestore; where it does not build, the keys are made through the CLI,
+// which is slower but says the same.
+func (h *harness) buildPopulate() string {
+	bin := filepath.Join(h.work, "populate")
+	cmd := exec.Command("go", "build", "-o", bin, "./bench/populate")
+	cmd.Dir = h.cfg.Root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		h.notes = append(h.notes, "P6 keys were made through the CLI: ./bench/populate does not build: "+firstLine(out))
+		return ""
+	}
+	return bin
 }
 
 // scenarioDir makes a fresh state directory, 0700 as fencerun requires.

@@ -124,9 +124,10 @@ func (h *harness) runTimed(argv []string, want int) (time.Duration, error) {
 	return d, nil
 }
 
-// output runs argv and returns its stdout, for the few probes that parse it.
-func (h *harness) output(argv []string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Guard)
+// output runs argv and returns its stdout, for the few probes that parse it,
+// killing it after guard.
+func (h *harness) output(argv []string, guard time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = h.env

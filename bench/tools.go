@@ -49,7 +49,7 @@ func (h *harness) fencerunTool(bin string, buildErr error) *tool {
 		return append([]string{bin, "--dir", l.dir}, args...)
 	}
 	t.queued = func(l lockSpec, pid int) (bool, error) {
-		out, err := h.output(t.cli(l, "status", l.key, "--json"))
+		out, err := h.output(t.cli(l, "status", l.key, "--json"), h.cfg.Guard)
 		if err != nil {
 			return false, err
 		}
