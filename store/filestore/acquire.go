@@ -275,8 +275,8 @@ func (a *acquirer) enqueue() error {
 	for seq := a.last + 1; ; seq++ {
 		name := formatSeq(seq)
 		fd, err := writeAtomic(qd, name, data, writeOpts{locked: true, noReplace: true})
-		if errors.Is(err, unix.EEXIST) {
-			continue // a stray entry we did not list; take the next number
+		if errors.Is(err, unix.EEXIST) && seq < a.last+100 {
+			continue // an entry we did not list; take the next number
 		}
 		if err != nil {
 			qd.close()
@@ -399,26 +399,27 @@ func (s *Store) readQueue(kd dir, removeDead bool, removed func(path string)) ([
 }
 
 func readEntry(qd dir, name string) (queued, bool, error) {
-	fd, err := openFile(qd, name, unix.O_RDONLY)
+	path := qd.join(name)
+	fd, err := openRaw(qd, name, unix.O_RDONLY)
 	if err != nil {
 		return queued{}, false, err
 	}
 	defer unix.Close(fd)
-	data, err := readAll(fd, qd.join(name))
+	st, err := checkRegular(fd, path)
 	if err != nil {
 		return queued{}, false, err
 	}
-	w, err := parseWaiter(data, qd.join(name))
+	data, err := readSized(fd, path, st.Size)
 	if err != nil {
 		return queued{}, false, err
 	}
-	alive, err := probeFD(fd, qd.join(name))
+	w, err := parseWaiter(data, path)
 	if err != nil {
 		return queued{}, false, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return queued{}, false, fmt.Errorf("filestore: stat %s: %w", qd.join(name), err)
+	alive, err := probeFD(fd, path)
+	if err != nil {
+		return queued{}, false, err
 	}
 	return queued{name: name, ino: st.Ino, w: w}, alive, nil
 }

@@ -49,12 +49,14 @@ const crashHook = "FENCERUN_TEST_CRASH_BEFORE_RENAME"
 // missing directory gives an error that is fs.ErrNotExist.
 func openDir(parent dir, name string, create bool) (dir, error) {
 	path := parent.join(name)
-	if create {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(parent.fd, name, flags, 0)
+	if err == unix.ENOENT && create {
 		if err := unix.Mkdirat(parent.fd, name, 0o700); err != nil && err != unix.EEXIST {
 			return dir{fd: -1}, fmt.Errorf("filestore: create %s: %w", path, err)
 		}
+		fd, err = unix.Openat(parent.fd, name, flags, 0)
 	}
-	fd, err := unix.Openat(parent.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return dir{fd: -1}, openError(parent, name, err)
 	}
@@ -87,20 +89,36 @@ func checkOwned(fd int, path string) error {
 // a planted FIFO from blocking the open. A missing file gives an error that
 // is fs.ErrNotExist.
 func openFile(d dir, name string, flags int) (int, error) {
+	fd, err := openRaw(d, name, flags)
+	if err != nil {
+		return -1, err
+	}
+	if _, err := checkRegular(fd, d.join(name)); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// openRaw is openFile without the check that the file is a regular one,
+// for callers that stat it anyway.
+func openRaw(d dir, name string, flags int) (int, error) {
 	fd, err := unix.Openat(d.fd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o600)
 	if err != nil {
 		return -1, openError(d, name, err)
 	}
+	return fd, nil
+}
+
+func checkRegular(fd int, path string) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("filestore: stat %s: %w", d.join(name), err)
+		return st, fmt.Errorf("filestore: stat %s: %w", path, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return -1, fmt.Errorf("%w: %s is %s, not a regular file", store.ErrCorrupt, d.join(name), fileKind(st.Mode))
+		return st, fmt.Errorf("%w: %s is %s, not a regular file", store.ErrCorrupt, path, fileKind(st.Mode))
 	}
-	return fd, nil
+	return st, nil
 }
 
 // openError says why opening name in d failed, in the terms of package
@@ -145,16 +163,26 @@ func fileKind(mode uint32) string {
 
 // readFile reads the regular file name in d whole.
 func readFile(d dir, name string) ([]byte, error) {
-	fd, err := openFile(d, name, unix.O_RDONLY)
+	fd, err := openRaw(d, name, unix.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	return readAll(fd, d.join(name))
+	st, err := checkRegular(fd, d.join(name))
+	if err != nil {
+		return nil, err
+	}
+	return readSized(fd, d.join(name), st.Size)
 }
 
-func readAll(fd int, path string) ([]byte, error) {
-	buf := make([]byte, 0, 512)
+// readSized reads a state file of size bytes whole. State files are never
+// written in place, so one read of the size plus a byte (to see the end)
+// usually does.
+func readSized(fd int, path string, size int64) ([]byte, error) {
+	if size > maxFileSize {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", store.ErrCorrupt, path, maxFileSize)
+	}
+	buf := make([]byte, 0, size+1)
 	for {
 		if len(buf) == cap(buf) {
 			if len(buf) > maxFileSize {
@@ -169,10 +197,10 @@ func readAll(fd int, path string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("filestore: read %s: %w", path, err)
 		}
-		if n == 0 {
+		buf = buf[:len(buf)+n]
+		if n == 0 || len(buf) < cap(buf) {
 			return buf, nil
 		}
-		buf = buf[:len(buf)+n]
 	}
 }
 

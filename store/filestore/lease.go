@@ -148,11 +148,11 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 }
 
 // Release gives the lease up (see store.Lease): a free record keeping the
-// fence, the cancel request removed, and live unlocked while the guard is
-// still held, so that the waiter woken by the record's change finds live
-// free. A revoked holder acknowledges its revocation the same way, which
-// tells the next holder there is nothing of it left to stop. Releasing a
-// lost lease only drops the lock.
+// fence, the cancel request removed, then live unlocked while the guard is
+// still held. Unlocking live wakes the head waiter, which reads the free
+// record as soon as the guard is let go. A revoked holder acknowledges its
+// revocation the same way, which tells the next holder there is nothing of
+// it left to stop. Releasing a lost lease only drops the lock.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -291,3 +291,21 @@ func TestPrune(t *testing.T) {
 		t.Errorf("after prune: fence %d, predecessor %+v", l.Fence(), p)
 	}
 }
+
+func TestWaiterTakesOverWhenTheHolderIsKilled(t *testing.T) {
+	s, root := newStore(t)
+	holder := spawn(t, "hold", root, "k", helperMarker+"=killed-holder")
+	holder.expect("acquired")
+	waiter := spawn(t, "hold", root, "k")
+	waitWaiters(t, s, "k", 1)
+	holder.kill()
+	// The waiter sleeps in flock on live; the holder's death wakes it.
+	if fence := waiter.expect("acquired"); fence != "2" {
+		t.Errorf("waiter got fence %s, want 2", fence)
+	}
+	if st := mustStatus(t, s, "k"); st.State != store.Held || st.Holder.PID != waiter.pid() || len(st.Waiters) != 0 {
+		t.Errorf("status after the handoff: %+v", st)
+	}
+	waiter.stdin.Close()
+	waiter.expect("released")
+}
