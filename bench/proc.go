@@ -26,7 +26,6 @@ type proc struct {
 	err     error         // of Wait; valid after done
 	started time.Time
 	ended   time.Time
-	cancel  context.CancelFunc
 }
 
 var procSeq atomic.Int64
@@ -34,6 +33,12 @@ var procSeq atomic.Int64
 // start starts argv with the harness's environment. The process is killed
 // if it runs past the guard: the guard is a failure guard, never a measure.
 func (h *harness) start(argv []string) (*proc, error) {
+	return h.startFor(argv, 0)
+}
+
+// startFor is start for a process meant to run for d, guarded for d more
+// than others.
+func (h *harness) startFor(argv []string, d time.Duration) (*proc, error) {
 	p := &proc{argv: argv, done: make(chan struct{})}
 	p.errPath = filepath.Join(h.work, "stderr", strconv.FormatInt(procSeq.Add(1), 10))
 	errf, err := os.Create(p.errPath)
@@ -41,8 +46,7 @@ func (h *harness) start(argv []string) (*proc, error) {
 		return nil, err
 	}
 	defer errf.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Guard)
-	p.cancel = cancel
+	ctx, cancel := context.WithTimeout(context.Background(), d+h.cfg.Guard)
 	p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	p.cmd.Env = h.env
 	p.cmd.Stderr = errf

@@ -405,8 +405,8 @@ func waitDead(fds []unix.PollFd, guard time.Duration) error {
 // rusage from wait4, which includes its startup, acquire and release, and
 // the shell it waited for (under 1 ms, the same for every tool).
 func (h *harness) hold() []row {
-	h.progress("P4/P5 %d holds of %s at TTL %s", h.cfg.Holds, h.cfg.Hold, h.cfg.HoldTTL)
-	cpu := newRow("P4", fmt.Sprintf("CPU of the wrapper, %s hold at %s TTL", h.cfg.Hold, h.cfg.HoldTTL), seconds, h.flock.name, atMost(0.050, seconds))
+	h.progress("P4/P5 %d holds of %s at TTL %s", h.cfg.Holds, human(h.cfg.Hold), human(h.cfg.HoldTTL))
+	cpu := newRow("P4", fmt.Sprintf("CPU of the wrapper, %s hold at %s TTL", human(h.cfg.Hold), human(h.cfg.HoldTTL)), seconds, h.flock.name, atMost(0.050, seconds))
 	rss := newRow("P5", "peak RSS (VmHWM) of the wrapper", bytes, h.flock.name, atMost(20<<20, bytes))
 	tools := h.pair()
 	cpus, rsss := []*sample{cpu.subj, cpu.peer}, []*sample{rss.subj, rss.peer}
@@ -434,7 +434,7 @@ func (h *harness) hold() []row {
 				cpus[j].fail(err)
 				continue
 			}
-			p, err := h.start(t.argv(l, "sh", "-c", `read x < "$1"`, "sh", fifo))
+			p, err := h.startFor(t.argv(l, "sh", "-c", `read x < "$1"`, "sh", fifo), h.cfg.Hold)
 			if err != nil {
 				cpus[j].fail(err)
 				continue

@@ -74,3 +74,14 @@ func (u unit) format(v float64) string {
 		return fmt.Sprintf("%.0f µs", v*1e6)
 	}
 }
+
+// human prints a configured duration the way the table does: "60 s", "500 ms".
+func human(d time.Duration) string {
+	switch {
+	case d%time.Second == 0:
+		return fmt.Sprintf("%d s", d/time.Second)
+	case d%time.Millisecond == 0:
+		return fmt.Sprintf("%d ms", d/time.Millisecond)
+	}
+	return d.String()
+}
