@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/store"
 )
@@ -155,5 +159,86 @@ func TestDeadWaiterLosesItsPlaceAtOnce(t *testing.T) {
 	ents, err := os.ReadDir(keyPath(root, "k") + "/queue")
 	if err != nil || len(ents) != 0 {
 		t.Errorf("queue after the handoff: %v, %v; want the dead entry removed", ents, err)
+	}
+}
+
+// A probe of live by status or list must never make an acquirer see a
+// holder that is not there: probes hold the guard shared, acquirers
+// exclusive. The acquirer's side is done here by hand, as attempt does it,
+// without the fsyncs, so the loop is fast enough to hit the window often.
+func TestProbesNeverMakeAFreeKeyLookBusy(t *testing.T) {
+	s, root := newStore(t)
+	ctx := t.Context()
+	mustRelease(t, mustAcquire(t, s, "k", claim("a")))
+	kd := dir{path: keyPath(root, "k")}
+	var err error
+	if kd.fd, err = unix.Open(kd.path, unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer kd.close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.Status(ctx, "k"); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := s.List(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	busy := 0
+	for range 20000 {
+		g, err := lockFile(ctx, kd, guardFile, false, unix.LOCK_EX)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live, err := openFile(kd, liveFile, unix.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if unix.Flock(live, unix.LOCK_EX|unix.LOCK_NB) != nil {
+			busy++
+		}
+		unix.Close(live)
+		unix.Close(g)
+	}
+	close(stop)
+	wg.Wait()
+	if busy > 0 {
+		t.Errorf("a free key looked busy to %d of 20000 acquirers", busy)
+	}
+}
+
+// The command must inherit nothing of the store: every descriptor it
+// opens is close-on-exec.
+func TestDescriptorsAreNotInherited(t *testing.T) {
+	s, root := newStore(t)
+	l := mustAcquire(t, s, "k", claim("holder"))
+	defer mustRelease(t, l)
+	go func() {
+		c := claim("waiter")
+		c.Wait = true
+		if l, _, err := s.Acquire(t.Context(), "k", c); err == nil && l != nil {
+			l.Release(context.Background())
+		}
+	}()
+	waitWaiters(t, s, "k", 1)
+	out, err := exec.Command("ls", "-l", "/proc/self/fd/").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ls: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), root) || strings.Contains(string(out), "socket:") {
+		t.Errorf("a child process inherited store descriptors:\n%s", out)
 	}
 }
