@@ -225,11 +225,12 @@ func TestProbesNeverMakeAFreeKeyLookBusy(t *testing.T) {
 func TestDescriptorsAreNotInherited(t *testing.T) {
 	s, root := newStore(t)
 	l := mustAcquire(t, s, "k", claim("holder"))
-	defer mustRelease(t, l)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		c := claim("waiter")
 		c.Wait = true
-		if l, _, err := s.Acquire(t.Context(), "k", c); err == nil && l != nil {
+		if l, _, err := s.Acquire(context.Background(), "k", c); err == nil && l != nil {
 			l.Release(context.Background())
 		}
 	}()
@@ -241,4 +242,6 @@ func TestDescriptorsAreNotInherited(t *testing.T) {
 	if strings.Contains(string(out), root) || strings.Contains(string(out), "socket:") {
 		t.Errorf("a child process inherited store descriptors:\n%s", out)
 	}
+	mustRelease(t, l)
+	<-done
 }

@@ -48,8 +48,8 @@
 //     who can write the root can break it. That is why the root must be
 //     ours alone.
 //   - Progress while a process is stopped holding a guard lock (inside a
-//     store call for a few microseconds): calls on that key wait for it;
-//     they give up when their context ends.
+//     store call for a few microseconds): calls on that key wait for it,
+//     a holder's renewal included, and give up when their context ends.
 //   - Prompt cleanup after a waiter gives up: its queue entry is removed at
 //     once, but the goroutine blocked in flock(2) for it stays, with one
 //     thread and one descriptor, until that lock is next released, then
