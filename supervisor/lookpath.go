@@ -1,0 +1,114 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ExecError says why the command could not be run: not found (127), or
+// found but not executable (126). Path is the command as given when it was
+// not found in PATH, else the file that was tried.
+type ExecError struct {
+	Path string
+	// Err is the cause: exec.ErrNotFound when a PATH search found nothing,
+	// else the errno of stat, access or execve (ENOENT, EACCES, EISDIR,
+	// ENOEXEC...).
+	Err  error
+	code int
+}
+
+func (e *ExecError) Error() string { return fmt.Sprintf("supervisor: %s: %v", e.Path, e.Err) }
+func (e *ExecError) Unwrap() error { return e.Err }
+
+// Code is the exit code of SPEC.md: ExitNotFound or ExitCannotExec.
+func (e *ExecError) Code() int { return e.code }
+
+// ExitCode is Code under the name kong looks for.
+func (e *ExecError) ExitCode() int { return e.code }
+
+// defaultPath is what execvp(3) searches when PATH is unset
+// (confstr(_CS_PATH) on glibc).
+const defaultPath = "/bin:/usr/bin"
+
+// lookPath resolves name as execvp(3) and a shell do, with the PATH of env:
+// a name with a slash is used as it is; otherwise the first executable
+// regular file in PATH wins (an empty or relative entry is the working
+// directory, as for execvp). A non-executable file found in PATH is a 126
+// when nothing executable is found after it, as in sh.
+func lookPath(name string, env []string) (string, error) {
+	if name == "" {
+		return "", &ExecError{Path: name, Err: exec.ErrNotFound, code: ExitNotFound}
+	}
+	if strings.Contains(name, "/") {
+		return name, checkExecutable(name)
+	}
+	path, ok := getenv(env, "PATH")
+	if !ok {
+		path = defaultPath
+	}
+	var denied error
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		file := dir + "/" + name
+		err := checkExecutable(file)
+		if err == nil {
+			return file, nil
+		}
+		var ee *ExecError
+		if denied == nil && errors.As(err, &ee) && ee.code == ExitCannotExec && !errors.Is(err, syscall.EISDIR) {
+			denied = err
+		}
+	}
+	if denied != nil {
+		return "", denied
+	}
+	return "", &ExecError{Path: name, Err: exec.ErrNotFound, code: ExitNotFound}
+}
+
+// checkExecutable tells 127 (nothing there) from 126 (a directory, or no
+// execute permission for this process).
+func checkExecutable(file string) error {
+	fi, err := os.Stat(file)
+	if err != nil {
+		code := ExitCannotExec
+		if errors.Is(err, os.ErrNotExist) {
+			code = ExitNotFound
+		}
+		return &ExecError{Path: file, Err: errnoOf(err), code: code}
+	}
+	if fi.IsDir() {
+		return &ExecError{Path: file, Err: syscall.EISDIR, code: ExitCannotExec}
+	}
+	if err := unix.Faccessat(unix.AT_FDCWD, file, unix.X_OK, unix.AT_EACCESS); err != nil {
+		return &ExecError{Path: file, Err: err, code: ExitCannotExec}
+	}
+	return nil
+}
+
+// errnoOf strips the *PathError so that ExecError names the path once.
+func errnoOf(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func getenv(env []string, key string) (string, bool) {
+	// The first entry wins, as for getenv(3) in the command.
+	for _, e := range env {
+		if k, v, ok := strings.Cut(e, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,206 @@
+package supervisor
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// proc is one process as /proc/PID/stat shows it. start (clock ticks since
+// boot) tells a process from a later one that reused its pid.
+type proc struct {
+	pid, ppid, pgid int
+	state           byte
+	start           uint64
+}
+
+func (q proc) dead() bool { return q.state == 'Z' || q.state == 'X' || q.state == 'x' }
+
+var errNoProc = errors.New("supervisor: no such process")
+
+// readProc parses /proc/PID/stat. The command name may hold any byte, so
+// the fields are read after its closing parenthesis.
+func readProc(pid int) (proc, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return proc{}, errNoProc
+		}
+		return proc{}, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return proc{}, fmt.Errorf("supervisor: /proc/%d/stat: unexpected format", pid)
+	}
+	// Fields from 3 on: state ppid pgrp session tty_nr tpgid flags minflt
+	// cminflt majflt cmajflt utime stime cutime cstime priority nice
+	// num_threads itrealvalue starttime.
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || len(f[0]) != 1 {
+		return proc{}, fmt.Errorf("supervisor: /proc/%d/stat: unexpected format", pid)
+	}
+	q := proc{pid: pid, state: f[0][0]}
+	var e1, e2, e3 error
+	q.ppid, e1 = strconv.Atoi(f[1])
+	q.pgid, e2 = strconv.Atoi(f[2])
+	q.start, e3 = strconv.ParseUint(f[19], 10, 64)
+	if err := errors.Join(e1, e2, e3); err != nil {
+		return proc{}, fmt.Errorf("supervisor: /proc/%d/stat: %w", pid, err)
+	}
+	return q, nil
+}
+
+// readProcs reads every process on the host. Processes that end while it
+// reads are left out.
+func readProcs() (map[int]proc, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: reading /proc: %w", err)
+	}
+	procs := make(map[int]proc, len(names))
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		q, err := readProc(pid)
+		if errors.Is(err, errNoProc) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		procs[pid] = q
+	}
+	return procs, nil
+}
+
+// children lists the children of this process, from every thread's list:
+// a child belongs to the thread that forked it, and a reparented one to
+// whichever thread the kernel chose.
+func children() []int {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// hasEnv reports whether the environment pid was started with holds entry
+// exactly. Environments that cannot be read (another user's, a zombie's,
+// a kernel thread's) hold nothing.
+func hasEnv(pid int, entry string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil || len(b) == 0 {
+		return false
+	}
+	want := []byte(entry)
+	for len(b) > 0 {
+		e := b
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			e, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if bytes.Equal(e, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// closure returns the processes of procs for which seed holds, and all
+// their descendants, except this process and its ancestors. seed is asked
+// at most once a process, from the top of each parent chain down, so a
+// costly seed (reading an environment) is skipped for the descendants of a
+// process already found.
+func closure(procs map[int]proc, seed func(proc) bool) map[int]proc {
+	self := os.Getpid()
+	excluded := map[int]bool{0: true}
+	for pid := self; pid > 0 && !excluded[pid]; pid = procs[pid].ppid {
+		excluded[pid] = true
+	}
+	memo := make(map[int]bool, len(procs))
+	var in func(pid int, depth int) bool
+	in = func(pid int, depth int) bool {
+		if v, ok := memo[pid]; ok {
+			return v
+		}
+		q, ok := procs[pid]
+		if !ok || excluded[pid] || depth > len(procs) {
+			return false
+		}
+		memo[pid] = false // a cycle (pids reused mid-read) ends here
+		v := in(q.ppid, depth+1) || seed(q)
+		memo[pid] = v
+		return v
+	}
+	tree := make(map[int]proc)
+	for pid, q := range procs {
+		if in(pid, 0) {
+			tree[pid] = q
+		}
+	}
+	return tree
+}
+
+// signalProc sends sig to q through a pidfd, after checking that the pid
+// still names q and not a process that reused it. A process already gone is
+// not an error.
+func signalProc(q proc, sig syscall.Signal) error {
+	fd, err := openProc(q)
+	if err != nil || fd < 0 {
+		return err
+	}
+	defer unix.Close(fd)
+	return sendSignal(fd, sig)
+}
+
+// openProc opens a pidfd on q, or returns -1 if q is gone.
+func openProc(q proc) (int, error) {
+	fd, err := unix.PidfdOpen(q.pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("supervisor: pidfd_open %d: %w", q.pid, err)
+	}
+	// The pidfd pins the pid: if it still shows q's start time, it is q.
+	if cur, err := readProc(q.pid); err != nil || cur.start != q.start || cur.dead() {
+		unix.Close(fd)
+		return -1, nil
+	}
+	return fd, nil
+}
+
+func sendSignal(pidfd int, sig syscall.Signal) error {
+	err := unix.PidfdSendSignal(pidfd, sig, nil, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	return err
+}

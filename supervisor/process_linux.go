@@ -1,0 +1,454 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// ErrFinished: the command's tree is gone and its direct child reaped; there
+// is nothing left to signal.
+var ErrFinished = errors.New("supervisor: command finished")
+
+// Config says what to run and how to stop it.
+type Config struct {
+	// Argv is the command and its arguments. Argv[0] is looked up in the
+	// PATH of Env (as execvp(3) does) unless it holds a slash.
+	Argv []string
+	// Env is the command's whole environment.
+	Env []string
+	// Marker is an entry of Env unique to this run ("NAME=value"). Every
+	// process whose environment holds it is counted in the command's tree;
+	// empty disables that rule.
+	Marker string
+	// StopSignal is sent to the tree to stop it; zero means SIGTERM.
+	StopSignal syscall.Signal
+	// Grace is how long Wait gives the leftovers of a command that exited
+	// by itself, between StopSignal and SIGKILL.
+	Grace time.Duration
+	// Logger is used as it is (nil: none); name it "supervisor".
+	Logger hclog.Logger
+}
+
+// Process is a running command. Its methods are safe for concurrent use.
+// Wait must be called: it is what reaps the command.
+type Process struct {
+	pid        int
+	start      uint64 // the direct child's start time, see proc
+	marker     string
+	stopSignal syscall.Signal
+	grace      time.Duration
+	log        hclog.Logger
+	tty        int // the terminal whose foreground the command was given, or -1
+
+	exited chan struct{} // the direct child exited
+	reap   chan struct{} // Wait: the tree is gone, reap the direct child
+	done   chan struct{} // the direct child is reaped
+	swept  chan struct{} // the stop sweep ended
+	status Status
+	finish sync.Once
+
+	mu        sync.Mutex
+	finished  bool          // no more signals to the process group: it may be reused
+	stopping  bool          // a sweep runs or ran
+	sweptDone bool          // wake is closed
+	deadline  time.Duration // of the sweep, on boottime
+	wake      int           // eventfd: the sweep's deadline moved
+}
+
+// Start runs the command. It fails with an *ExecError when the command is
+// not found (127) or cannot be executed (126), and with another error when
+// cfg is invalid or this process cannot supervise (it must be able to
+// become a child subreaper).
+//
+// Start marks every descriptor of this process other than 0, 1 and 2
+// close-on-exec, so that the command inherits nothing else.
+func Start(cfg Config) (*Process, error) {
+	if len(cfg.Argv) == 0 {
+		return nil, errors.New("supervisor: no command")
+	}
+	if cfg.Grace < 0 {
+		return nil, fmt.Errorf("supervisor: negative grace %v", cfg.Grace)
+	}
+	if cfg.Marker != "" && !slices.Contains(cfg.Env, cfg.Marker) {
+		return nil, fmt.Errorf("supervisor: marker %q is not in the command's environment", cfg.Marker)
+	}
+	path, err := lookPath(cfg.Argv[0], cfg.Env)
+	if err != nil {
+		return nil, err
+	}
+	if err := setup(); err != nil {
+		return nil, err
+	}
+	closeOnExec()
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	p := &Process{
+		marker:     cfg.Marker,
+		stopSignal: cfg.StopSignal,
+		grace:      cfg.Grace,
+		log:        log,
+		tty:        foregroundTerminal(),
+		exited:     make(chan struct{}),
+		reap:       make(chan struct{}),
+		done:       make(chan struct{}),
+		swept:      make(chan struct{}),
+	}
+	if p.stopSignal == 0 {
+		p.stopSignal = syscall.SIGTERM
+	}
+	p.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		p.closeTerminal()
+		return nil, fmt.Errorf("supervisor: eventfd: %w", err)
+	}
+	attr := &syscall.ProcAttr{
+		Env:   cfg.Env,
+		Files: stdFiles(),
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	}
+	if p.tty >= 0 {
+		attr.Sys.Foreground = true
+		attr.Sys.Ctty = p.tty
+	}
+	started := make(chan error)
+	go p.run(path, cfg.Argv, attr, started)
+	if err := <-started; err != nil {
+		p.closeTerminal()
+		unix.Close(p.wake)
+		return nil, &ExecError{Path: path, Err: err, code: ExitCannotExec}
+	}
+	p.log.Debug("started", "pid", p.pid, "path", path, "foreground", p.tty >= 0)
+	return p, nil
+}
+
+// run starts the child and reaps it. Pdeathsig fires when the thread that
+// forked the child ends, not the process (go.dev/issue/27505), so this
+// goroutine holds its thread until the child is reaped, and never unlocks
+// it: the thread ends with the goroutine.
+func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, started chan<- error) {
+	runtime.LockOSThread()
+
+	// Registered before the reaper can see the child's exit, so that it is
+	// never taken for a reparented orphan and reaped from under us.
+	reg.mu.Lock()
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err == nil {
+		p.pid = pid
+		if q, err := readProc(pid); err == nil {
+			p.start = q.start
+		}
+		reg.procs[pid] = p
+	}
+	reg.mu.Unlock()
+	started <- err
+	if err != nil {
+		return
+	}
+
+	// WNOWAIT leaves the child a zombie, so that its pid, which is also the
+	// process group's id, cannot be reused while the group is signalled.
+	var info unix.Siginfo
+	for {
+		err = unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		p.log.Error("waiting for the command", "pid", pid, "error", err)
+	}
+	close(p.exited)
+
+	<-p.reap
+	if p.tty >= 0 {
+		giveBackTerminal(p.tty, p.log)
+		p.closeTerminal()
+	}
+	var ws syscall.WaitStatus
+	for {
+		_, err = syscall.Wait4(pid, &ws, 0, nil)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	switch {
+	case err != nil:
+		p.log.Error("reaping the command", "pid", pid, "error", err)
+		p.status = Status{Code: 255}
+	case ws.Signaled():
+		p.status = Status{Signal: ws.Signal()}
+	default:
+		p.status = Status{Code: ws.ExitStatus()}
+	}
+	reg.mu.Lock()
+	delete(reg.procs, pid)
+	reg.mu.Unlock()
+	p.log.Debug("reaped", "pid", pid, "code", p.status.Code, "signal", p.status.Signal)
+	close(p.done)
+}
+
+// Pid is the direct child's pid; it is also the command's process group.
+func (p *Process) Pid() int { return p.pid }
+
+// Exited is closed when the direct child has exited, before its leftovers
+// are stopped.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Wait waits for the direct child to exit, stops what is left of its tree
+// (with the Config's StopSignal and Grace, unless Stop already began), waits
+// until all of it is gone and reaped, gives the terminal's foreground back,
+// and returns how the direct child ended. It may be called more than once.
+func (p *Process) Wait() Status {
+	<-p.exited
+	p.stop(p.grace, false)
+	<-p.swept
+	p.finish.Do(func() {
+		p.mu.Lock()
+		p.finished = true
+		p.mu.Unlock()
+		close(p.reap)
+	})
+	<-p.done
+	return p.status
+}
+
+// Stop stops the whole tree: the stop signal, then SIGCONT (a stopped
+// process must run to act on it), to every process of it; SIGKILL after
+// grace to whatever is left. It returns at once; Wait tells when the tree
+// is gone. A later call can shorten the grace, never lengthen it.
+func (p *Process) Stop(grace time.Duration) { p.stop(grace, true) }
+
+func (p *Process) stop(grace time.Duration, shorten bool) {
+	deadline := boottime() + max(grace, 0)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.sweptDone:
+	case !p.stopping:
+		p.stopping = true
+		p.deadline = deadline
+		p.log.Debug("stopping", "pid", p.pid, "signal", p.stopSignal, "grace", grace)
+		go p.sweep()
+	case shorten && deadline < p.deadline:
+		p.deadline = deadline
+		wakeUp(p.wake)
+	}
+}
+
+func (p *Process) sweep() {
+	s := &sweep{
+		log:     p.log,
+		sig:     p.stopSignal,
+		group:   p.pid,
+		members: p.members,
+		deadline: func() time.Duration {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.deadline
+		},
+		wake: p.wake,
+	}
+	if err := s.run(); err != nil {
+		p.log.Error("the command's tree could not be stopped entirely", "pid", p.pid, "error", err)
+	}
+	// No process of the tree is left alive, so no zombie of it can appear
+	// after this.
+	reapAdopted()
+	p.mu.Lock()
+	p.sweptDone = true
+	unix.Close(p.wake)
+	p.mu.Unlock()
+	close(p.swept)
+}
+
+// Signal sends sig to the command's process group and to every other live
+// process of its tree. After Wait it returns ErrFinished.
+func (p *Process) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished {
+		return ErrFinished
+	}
+	var errs []error
+	if err := unix.Kill(-p.pid, sig); err != nil && err != unix.ESRCH {
+		errs = append(errs, fmt.Errorf("supervisor: signalling process group %d: %w", p.pid, err))
+	}
+	ms, err := p.members()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, q := range ms {
+		if q.pgid == p.pid {
+			continue
+		}
+		if err := signalProc(q, sig); err != nil {
+			errs = append(errs, fmt.Errorf("supervisor: signalling pid %d: %w", q.pid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Owns reports whether pid is a live process of the command's tree. The
+// answer may be stale by the time it is used; a pid cannot be reused while
+// a peer holding a connection from it is alive, which is what it is for.
+func (p *Process) Owns(pid int) bool {
+	p.mu.Lock()
+	finished := p.finished
+	p.mu.Unlock()
+	if finished {
+		return false
+	}
+	q, err := readProc(pid)
+	if err != nil || q.dead() {
+		return false
+	}
+	seed := p.seed()
+	excluded := ancestors()
+	for range 4096 {
+		if excluded[q.pid] {
+			return false
+		}
+		if seed(q) {
+			return true
+		}
+		if q, err = readProc(q.ppid); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// members reaps the tree's orphans that died, then reads the tree's live
+// processes.
+func (p *Process) members() ([]proc, error) {
+	reapAdopted()
+	procs, err := readProcs()
+	if err != nil {
+		return nil, err
+	}
+	var live []proc
+	for _, q := range closure(procs, p.seed()) {
+		if !q.dead() {
+			live = append(live, q)
+		}
+	}
+	return live, nil
+}
+
+// seed is the rule for the roots of the tree (closure adds descendants):
+// the process group, the reparented orphans, the marker.
+func (p *Process) seed() func(proc) bool {
+	self, pgrp := os.Getpid(), unix.Getpgrp()
+	reg.mu.Lock()
+	direct := reg.markers()
+	reg.mu.Unlock()
+	return func(q proc) bool {
+		if q.pid == p.pid || q.pgid == p.pid || p.adopts(q, self, pgrp, direct) {
+			return true
+		}
+		return p.marker != "" && !q.dead() && hasEnv(q.pid, p.marker)
+	}
+}
+
+// adopts reports whether q, if it is a child of this process that no
+// Process started, counts as an orphan of p's tree reparented here: it is
+// not in this process's own group (where os/exec starts children), it
+// started after p's command, and it is in no other command's group and
+// carries no other command's marker. direct maps the pid of each running
+// command to its marker.
+func (p *Process) adopts(q proc, self, pgrp int, direct map[int]string) bool {
+	if q.ppid != self || q.pgid == pgrp || q.start < p.start {
+		return false
+	}
+	if _, ok := direct[q.pid]; ok {
+		return false
+	}
+	if _, ok := direct[q.pgid]; ok && q.pgid != p.pid {
+		return false
+	}
+	if !q.dead() {
+		for pid, m := range direct {
+			if pid != p.pid && m != "" && hasEnv(q.pid, m) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (p *Process) closeTerminal() {
+	if p.tty >= 0 {
+		unix.Close(p.tty)
+		p.tty = -1
+	}
+}
+
+// stdFiles gives the command fds 0, 1 and 2 as they are; one that is
+// closed here stays closed there.
+func stdFiles() []uintptr {
+	files := make([]uintptr, 3)
+	for i := range files {
+		files[i] = uintptr(i)
+		if _, err := unix.FcntlInt(uintptr(i), unix.F_GETFD, 0); err != nil {
+			files[i] = ^uintptr(0)
+		}
+	}
+	return files
+}
+
+// closeOnExec marks every descriptor from 3 on close-on-exec: Go opens its
+// own so, but one inherited from this process's parent is not.
+func closeOnExec() {
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
+		return
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		var fd int
+		if _, err := fmt.Sscan(e.Name(), &fd); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
+}
+
+// ancestors is this process and its ancestors: never part of a tree.
+func ancestors() map[int]bool {
+	a := map[int]bool{0: true}
+	for pid := os.Getpid(); pid > 0 && !a[pid]; {
+		a[pid] = true
+		q, err := readProc(pid)
+		if err != nil {
+			break
+		}
+		pid = q.ppid
+	}
+	return a
+}
+
+func boottime() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return time.Since(processStart)
+	}
+	return time.Duration(ts.Nano())
+}
+
+var processStart = time.Now()
+
+func wakeUp(eventfd int) {
+	unix.Write(eventfd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+}

@@ -1,0 +1,383 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		want   Status
+		code   int
+	}{
+		{"exit 0", Status{}, 0},
+		{"exit 7", Status{Code: 7}, 7},
+		{"kill -TERM $$", Status{Signal: syscall.SIGTERM}, 143},
+		{"kill -KILL $$", Status{Signal: syscall.SIGKILL}, 137},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			p := newEnv(t).sh(tc.script)
+			st := wait(t, p)
+			if st != tc.want {
+				t.Errorf("status %+v, want %+v", st, tc.want)
+			}
+			if c := ExitCode(CauseNone, st); c != tc.code {
+				t.Errorf("exit code %d, want %d", c, tc.code)
+			}
+			if err := p.Signal(syscall.SIGTERM); !errors.Is(err, ErrFinished) {
+				t.Errorf("Signal after Wait: %v, want ErrFinished", err)
+			}
+		})
+	}
+}
+
+func TestCannotRun(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	plain := write("plain", "#!/bin/sh\nexit 0\n", 0o644)
+	garbage := write("garbage", "\x00\x01\x02 not a program\n", 0o755)
+	write("script", "#!/bin/sh\nexit 3\n", 0o755)
+	pathEnv := "PATH=" + dir + ":/usr/bin:/bin"
+
+	for _, tc := range []struct {
+		name  string
+		argv0 string
+		env   string
+		code  int
+		cause error
+		says  string // in the message besides the path
+	}{
+		{"not in PATH", "fencerun-no-such-command", pathEnv, 127, exec.ErrNotFound, "fencerun-no-such-command"},
+		{"no such path", dir + "/nope", pathEnv, 127, syscall.ENOENT, "no such file or directory"},
+		{"not executable", plain, pathEnv, 126, syscall.EACCES, "permission denied"},
+		{"not executable in PATH", "plain", pathEnv, 126, syscall.EACCES, "permission denied"},
+		{"directory", dir, pathEnv, 126, syscall.EISDIR, "is a directory"},
+		{"not a program", garbage, pathEnv, 126, syscall.ENOEXEC, "exec format error"},
+		{"PATH of the command, not ours", "script", "PATH=/nonexistent", 127, exec.ErrNotFound, "script"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Start(Config{Argv: []string{tc.argv0}, Env: []string{tc.env}})
+			var ee *ExecError
+			if !errors.As(err, &ee) {
+				t.Fatalf("Start: %v, want an *ExecError", err)
+			}
+			if ee.Code() != tc.code || !errors.Is(err, tc.cause) {
+				t.Errorf("code %d, cause %v; want %d, %v", ee.Code(), ee.Err, tc.code, tc.cause)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "supervisor: ") || !strings.Contains(msg, tc.says) || !strings.Contains(msg, filepath.Base(tc.argv0)) {
+				t.Errorf("message %q should name %s and say %q", msg, tc.argv0, tc.says)
+			}
+		})
+	}
+
+	t.Run("found in the command's PATH", func(t *testing.T) {
+		p, err := Start(Config{Argv: []string{"script"}, Env: []string{pathEnv}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := wait(t, p); st.Code != 3 {
+			t.Errorf("status %+v, want code 3", st)
+		}
+	})
+}
+
+func TestStopGroup(t *testing.T) {
+	e := newEnv(t)
+	p := e.sh(`sleep 1000 & echo $! > $INBOX; sleep 1000 & echo $! > $INBOX; wait`)
+	a, b := e.inbox.nextPid(t), e.inbox.nextPid(t)
+	for _, q := range []proc{a, b} {
+		if q.pgid != p.Pid() {
+			t.Fatalf("pid %d is in group %d, not the command's %d", q.pid, q.pgid, p.Pid())
+		}
+	}
+	sh, _ := readProc(p.Pid())
+	p.Stop(10 * time.Second)
+	if st := wait(t, p); st.Signal != syscall.SIGTERM {
+		t.Errorf("status %+v, want death by SIGTERM", st)
+	}
+	for _, q := range []proc{sh, a, b} {
+		requireGone(t, q, true)
+	}
+}
+
+func TestStopKillsAfterGrace(t *testing.T) {
+	e := newEnv(t)
+	p := e.start(10*time.Second, e.self, "ignore-term")
+	e.inbox.next(t)
+	const grace = 300 * time.Millisecond
+	t0 := time.Now()
+	p.Stop(time.Hour)
+	p.Stop(grace) // shortens
+	p.Stop(time.Hour)
+	st := wait(t, p)
+	if st.Signal != syscall.SIGKILL {
+		t.Errorf("status %+v, want death by SIGKILL", st)
+	}
+	if d := time.Since(t0); d < grace {
+		t.Errorf("killed after %v, before the grace of %v", d, grace)
+	}
+}
+
+func TestStopStoppedCommand(t *testing.T) {
+	e := newEnv(t)
+	p := e.sh(`kill -STOP $$; exit 0`)
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, p.Pid(), &info, unix.WSTOPPED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	// With an hour of grace, only SIGCONT lets SIGTERM end it in time.
+	p.Stop(time.Hour)
+	if st := wait(t, p); st.Signal != syscall.SIGTERM {
+		t.Errorf("status %+v, want death by SIGTERM", st)
+	}
+}
+
+func TestSignalReachesTheTree(t *testing.T) {
+	e := newEnv(t)
+	// Three helpers in the group, one in a session of its own; the shell
+	// traps the signal too, and waits for all of them.
+	p := e.sh(`trap 'echo usr1 $$ > $INBOX' USR1
+		$H trap & $H trap & $H trap & setsid $H trap &
+		until wait; do :; done`)
+	want := map[int]bool{p.Pid(): true}
+	for range 4 {
+		want[e.inbox.nextPid(t).pid] = true
+	}
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		var pid int
+		if l := e.inbox.next(t); !strings.HasPrefix(l, "usr1 ") {
+			t.Fatalf("inbox: %q", l)
+		} else {
+			fmt.Sscanf(l, "usr1 %d", &pid)
+		}
+		if !want[pid] {
+			t.Errorf("unexpected or repeated usr1 from %d", pid)
+		}
+		delete(want, pid)
+	}
+	if st := wait(t, p); st != (Status{}) {
+		t.Errorf("status %+v, want exit 0", st)
+	}
+}
+
+func TestLeftoverStoppedAfterExit(t *testing.T) {
+	e := newEnv(t)
+	p := e.start(time.Hour, "sh", "-c", `sleep 1000 & echo $! > $INBOX`)
+	left := e.inbox.nextPid(t)
+	<-p.Exited()
+	if !alive(left) {
+		t.Fatal("the leftover ended before Wait")
+	}
+	// An hour of grace: Wait returns within the guard only because the
+	// leftover dies of the stop signal.
+	if st := wait(t, p); st != (Status{}) {
+		t.Errorf("status %+v, want exit 0", st)
+	}
+	requireGone(t, left, true)
+}
+
+func TestLeftoverHoldingStdoutPipe(t *testing.T) {
+	e := newEnv(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(e.self, "run", "sh", "-c", `sleep 1000 & echo $! > $INBOX; echo hello`)
+	cmd.Env = append(e.env, "TEST_GRACE=1h")
+	cmd.Stdout = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	left := e.inbox.nextPid(t)
+	out := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r) // the end of file needs the leftover gone too
+		out <- string(b)
+	}()
+	select {
+	case got := <-out:
+		if got != "hello\n" {
+			t.Errorf("output %q", got)
+		}
+	case <-time.After(guard):
+		cmd.Process.Kill()
+		t.Fatal("stdout still open: the leftover is alive")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("wrapper: %v, want exit 0", err)
+	}
+	requireGone(t, left, false)
+}
+
+func TestEscapedDescendants(t *testing.T) {
+	e := newEnv(t)
+	// A new session keeping the environment; a double fork staying in the
+	// group; a double fork into a new session with an empty environment,
+	// found only as an orphan reparented to us.
+	p := e.sh(`setsid sh -c 'echo setsid $$ > $INBOX; exec sleep 1000' &
+		(sleep 1000 & echo fork $! > $INBOX)
+		(env -i setsid sleep 1000 & echo cleared $! > $INBOX)
+		echo reparented > $INBOX
+		exec sleep 1000`)
+	// The messages come in any order; "reparented" comes after the
+	// subshells exited, so their children are ours by then.
+	escaped := map[string]proc{}
+	for len(escaped) < 4 {
+		l := e.inbox.next(t)
+		if l == "reparented" {
+			escaped[l] = proc{pid: -1}
+			continue
+		}
+		var what string
+		var pid int
+		if _, err := fmt.Sscanf(l, "%s %d", &what, &pid); err != nil {
+			t.Fatalf("inbox: %q", l)
+		}
+		q, err := readProc(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		escaped[what] = q
+	}
+	delete(escaped, "reparented")
+	// Started outside the tree, carrying its marker.
+	elsewhere := exec.Command("sleep", "1000")
+	elsewhere.Env = e.env
+	if err := elsewhere.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { elsewhere.Process.Kill(); elsewhere.Wait() })
+	escaped["elsewhere"], _ = readProc(elsewhere.Process.Pid)
+	for _, what := range []string{"fork", "cleared"} {
+		if cur, _ := readProc(escaped[what].pid); cur.ppid != os.Getpid() {
+			t.Fatalf("%s: pid %d has parent %d, not the subreaper %d", what, cur.pid, cur.ppid, os.Getpid())
+		}
+	}
+	for _, q := range escaped {
+		if !p.Owns(q.pid) {
+			t.Errorf("Owns(%d) is false", q.pid)
+		}
+	}
+	if p.Owns(os.Getpid()) || p.Owns(os.Getppid()) || p.Owns(1) {
+		t.Error("Owns is true for a process outside the tree")
+	}
+	p.Stop(10 * time.Second)
+	wait(t, p)
+	for what, q := range escaped {
+		requireGone(t, q, what != "elsewhere") // the test reaps its own
+		if p.Owns(q.pid) {
+			t.Errorf("Owns(%d) after Wait", q.pid)
+		}
+	}
+}
+
+func TestPdeathsig(t *testing.T) {
+	self, _ := os.Executable()
+	cmd := exec.Command(self, "run", "sleep", "1000")
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscanf(line, "started %d", &pid); err != nil {
+		cmd.Process.Kill()
+		t.Fatalf("helper said %q", line)
+	}
+	q, err := readProc(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, q)
+	// It may have been reparented to the test, a subreaper.
+	var ws syscall.WaitStatus
+	syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+}
+
+func TestStopLeftovers(t *testing.T) {
+	e := newEnv(t)
+	run := func(env []string, argv ...string) *exec.Cmd {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	others := append(os.Environ(), "INBOX="+e.inbox.path)
+	marked := append(others[:len(others):len(others)], e.marker)
+	plain := run(marked, "sleep", "1000")
+	stubborn := run(marked, "sh", "-c", `trap '' TERM; echo ready > $INBOX; sleep 1000; sleep 1000`)
+	e.inbox.next(t)
+	parent := run(marked, "sh", "-c", `env -i sleep 1000 & echo $! > $INBOX; wait`)
+	cleared := e.inbox.nextPid(t)
+	unmarked := run(others, "sleep", "1000")
+	otherRun := run(append(others[:len(others):len(others)], e.marker+"0"), "sleep", "1000")
+
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if err := StopLeftovers(ctx, e.marker, syscall.SIGTERM, 300*time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cmd  *exec.Cmd
+		want syscall.Signal
+	}{{plain, syscall.SIGTERM}, {stubborn, syscall.SIGKILL}, {parent, 0}} {
+		q, _ := readProc(tc.cmd.Process.Pid)
+		if !q.dead() {
+			t.Errorf("%v is alive", tc.cmd.Args)
+			continue
+		}
+		tc.cmd.Wait()
+		// The shell may see its child die of the signal before it gets its own.
+		if ws := tc.cmd.ProcessState.Sys().(syscall.WaitStatus); tc.want != 0 && ws.Signal() != tc.want {
+			t.Errorf("%v ended with %v, want %v", tc.cmd.Args, tc.cmd.ProcessState, tc.want)
+		}
+	}
+	requireGone(t, cleared, false)
+	var ws syscall.WaitStatus
+	syscall.Wait4(cleared.pid, &ws, syscall.WNOHANG, nil) // reparented to the test?
+	for _, cmd := range []*exec.Cmd{unmarked, otherRun} {
+		if q, err := readProc(cmd.Process.Pid); err != nil || q.dead() {
+			t.Errorf("%v was stopped", cmd.Env[len(cmd.Env)-1])
+		}
+	}
+}
