@@ -6,11 +6,13 @@
 // the calling process a child subreaper, so that descendants that leave the
 // group (setsid, double fork) are reparented to it rather than to init.
 //
-// The command's tree is: the command's process group; every process that
-// carries the run's Marker in its environment; every process reparented to
-// this process after the command started (see below); and every descendant
-// of any of those. Process.Stop, Process.Wait and StopLeftovers act on the
-// tree, as it is at each moment, until none of it is left.
+// The command's tree is found among the descendants of this process: the
+// command's process group; the processes reparented to this process after
+// the command started (see below); every descendant carrying the run's
+// Marker in its environment; and everything below any of those.
+// Process.Stop, Process.Wait and Process.Signal act on the tree as it is at
+// each moment. StopLeftovers, for a run whose wrapper died, reads the whole
+// of /proc instead: every process carrying the marker, and its descendants.
 //
 // It guarantees:
 //
@@ -31,20 +33,24 @@
 //     it is never stopped by SIGTTIN or SIGTTOU) and the foreground is given
 //     back at the end of Wait. In the background it grabs nothing.
 //   - Waiting is done by the kernel: waitid on the direct child, SIGCHLD,
-//     and poll on pidfds while stopping. Nothing polls on a timer. The tree
-//     is re-read from /proc only while stopping, when the processes it knew
-//     are all gone or when the grace ends.
+//     and poll on pidfds while stopping. Nothing polls on a timer (unless
+//     pidfds cannot be had). The tree is read from /proc by Signal and Owns,
+//     and while stopping only at the start, when the processes it knew are
+//     all gone, and when the grace ends.
 //
 // It does not guarantee:
 //
-//   - that a process is found that left the group, cleared or rewrote its
-//     environment and escaped reparenting (a second subreaper of its own,
-//     or a daemon outside the tree that started it on request, like
-//     systemd-run or at); nor, for StopLeftovers, one that cleared its
-//     environment and was reparented to init when the previous holder died;
-//   - that processes of another user (a setuid program) can be stopped:
-//     their environment cannot be read and signals to them fail; Stop logs
-//     them and StopLeftovers returns an error naming them;
+//   - that a process is found that is not below this one: started on the
+//     command's request by a daemon outside the tree (systemd-run, at,
+//     docker), even with a copy of the command's environment, while this
+//     process lives; StopLeftovers finds it later only if it carries the
+//     marker;
+//   - that StopLeftovers finds a leftover that cleared or rewrote its
+//     environment and was reparented to init when its wrapper died;
+//   - that processes running as another user (sudo -u, su) can be stopped
+//     by a wrapper that is not root: their environment cannot be read and
+//     signals to them fail; Stop logs them and does not wait for them, and
+//     StopLeftovers returns an error naming them;
 //   - job control: a command stopped by Ctrl-Z (SIGTSTP) stays stopped, and
 //     this process goes on waiting for it.
 //

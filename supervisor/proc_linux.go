@@ -87,27 +87,81 @@ func readProcs() (map[int]proc, error) {
 	return procs, nil
 }
 
-// children lists the children of this process, from every thread's list:
-// a child belongs to the thread that forked it, and a reparented one to
-// whichever thread the kernel chose.
-func children() []int {
-	tasks, err := os.ReadDir("/proc/self/task")
+// children lists the children of pid, from every thread's list: a child
+// belongs to the thread that forked it, and a reparented one to whichever
+// thread the kernel chose.
+func children(pid int) ([]int, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	d, err := os.Open(dir)
 	if err != nil {
-		return nil
+		return nil, err
+	}
+	tasks, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, err
 	}
 	var pids []int
 	for _, t := range tasks {
-		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+		b, err := os.ReadFile(dir + t + "/children")
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && t == strconv.Itoa(pid) {
+				return nil, err // no CONFIG_PROC_CHILDREN, or pid is gone
+			}
 			continue
 		}
 		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
+			if c, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, c)
 			}
 		}
 	}
-	return pids
+	return pids, nil
+}
+
+// descendants reads the processes below this one. Walking the children
+// lists reads a few files a descendant, where reading all of /proc reads
+// every process on the host; without children lists it does the latter.
+func descendants() (map[int]proc, error) {
+	self := os.Getpid()
+	kids, err := children(self)
+	if err != nil {
+		all, err := readProcs()
+		if err != nil {
+			return nil, err
+		}
+		below := make(map[int]proc)
+		for pid, q := range closure(all, func(q proc) bool { return q.ppid == self }) {
+			below[pid] = q
+		}
+		return below, nil
+	}
+	procs := make(map[int]proc)
+	parent := map[int]int{}
+	for _, c := range kids {
+		parent[c] = self
+	}
+	for len(kids) > 0 {
+		c := kids[len(kids)-1]
+		kids = kids[:len(kids)-1]
+		if _, seen := procs[c]; seen {
+			continue
+		}
+		q, err := readProc(c)
+		if err != nil || q.ppid != parent[c] {
+			continue // gone, or reparented while we read
+		}
+		procs[c] = q
+		if q.dead() {
+			continue
+		}
+		grand, _ := children(c)
+		for _, g := range grand {
+			parent[g] = c
+		}
+		kids = append(kids, grand...)
+	}
+	return procs, nil
 }
 
 // hasEnv reports whether the environment pid was started with holds entry

@@ -262,9 +262,8 @@ func (p *Process) sweep() {
 	if err := s.run(); err != nil {
 		p.log.Error("the command's tree could not be stopped entirely", "pid", p.pid, "error", err)
 	}
-	// No process of the tree is left alive, so no zombie of it can appear
-	// after this.
-	reapAdopted()
+	// The sweep's last reading found no live process of the tree and
+	// reaped its dead orphans: none can die after it.
 	p.mu.Lock()
 	p.sweptDone = true
 	unix.Close(p.wake)
@@ -313,15 +312,19 @@ func (p *Process) Owns(pid int) bool {
 	if err != nil || q.dead() {
 		return false
 	}
-	seed := p.seed()
-	excluded := ancestors()
+	// The tree is below this process: walk up to it, and ask each process
+	// on the way whether it is one of the tree's roots.
+	self := os.Getpid()
+	seed := p.seed(nil)
+	owned := false
 	for range 4096 {
-		if excluded[q.pid] {
+		if q.pid == self {
+			return owned
+		}
+		if q.pid <= 1 {
 			return false
 		}
-		if seed(q) {
-			return true
-		}
+		owned = owned || seed(q)
 		if q, err = readProc(q.ppid); err != nil {
 			return false
 		}
@@ -329,16 +332,19 @@ func (p *Process) Owns(pid int) bool {
 	return false
 }
 
-// members reaps the tree's orphans that died, then reads the tree's live
-// processes.
+// members reads the tree's live processes, and reaps those of its orphans
+// that died.
 func (p *Process) members() ([]proc, error) {
-	reapAdopted()
-	procs, err := readProcs()
+	procs, err := descendants()
 	if err != nil {
 		return nil, err
 	}
+	reg.mu.Lock()
+	reg.reap(procs)
+	direct := reg.markers()
+	reg.mu.Unlock()
 	var live []proc
-	for _, q := range closure(procs, p.seed()) {
+	for _, q := range closure(procs, p.seed(direct)) {
 		if !q.dead() {
 			live = append(live, q)
 		}
@@ -346,13 +352,16 @@ func (p *Process) members() ([]proc, error) {
 	return live, nil
 }
 
-// seed is the rule for the roots of the tree (closure adds descendants):
-// the process group, the reparented orphans, the marker.
-func (p *Process) seed() func(proc) bool {
+// seed is the rule for the roots of the tree among this process's
+// descendants (closure adds their descendants): the process group, the
+// reparented orphans, the marker. direct is reg.markers(), nil to read it.
+func (p *Process) seed(direct map[int]string) func(proc) bool {
 	self, pgrp := os.Getpid(), unix.Getpgrp()
-	reg.mu.Lock()
-	direct := reg.markers()
-	reg.mu.Unlock()
+	if direct == nil {
+		reg.mu.Lock()
+		direct = reg.markers()
+		reg.mu.Unlock()
+	}
 	return func(q proc) bool {
 		if q.pid == p.pid || q.pgid == p.pid || p.adopts(q, self, pgrp, direct) {
 			return true
@@ -423,20 +432,6 @@ func closeOnExec() {
 			unix.CloseOnExec(fd)
 		}
 	}
-}
-
-// ancestors is this process and its ancestors: never part of a tree.
-func ancestors() map[int]bool {
-	a := map[int]bool{0: true}
-	for pid := os.Getpid(); pid > 0 && !a[pid]; {
-		a[pid] = true
-		q, err := readProc(pid)
-		if err != nil {
-			break
-		}
-		pid = q.ppid
-	}
-	return a
 }
 
 func boottime() time.Duration {

@@ -46,22 +46,31 @@ func setup() error {
 // would take the exit status of children that others started and wait for.
 // Direct children are reaped by their own goroutine.
 func reapAdopted() {
+	self := os.Getpid()
+	kids, _ := children(self)
+	procs := make(map[int]proc, len(kids))
+	for _, pid := range kids {
+		if q, err := readProc(pid); err == nil {
+			procs[pid] = q
+		}
+	}
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	if len(reg.procs) == 0 {
+	reg.reap(procs)
+}
+
+// reap reaps the processes of procs that reapAdopted may. Call with mu held.
+func (r *registry) reap(procs map[int]proc) {
+	if len(r.procs) == 0 {
 		return
 	}
 	self, pgrp := os.Getpid(), unix.Getpgrp()
-	direct := reg.markers()
-	for _, pid := range children() {
-		if reg.procs[pid] != nil {
+	direct := r.markers()
+	for pid, q := range procs {
+		if r.procs[pid] != nil || !q.dead() || q.ppid != self {
 			continue
 		}
-		q, err := readProc(pid)
-		if err != nil || !q.dead() || q.ppid != self {
-			continue
-		}
-		for _, p := range reg.procs {
+		for _, p := range r.procs {
 			if q.pgid == p.pid || p.adopts(q, self, pgrp, direct) {
 				var ws syscall.WaitStatus
 				syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)

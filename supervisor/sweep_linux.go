@@ -112,11 +112,12 @@ func (s *sweep) run() error {
 	if err != nil {
 		return err
 	}
-	if len(ms) > 0 {
-		s.log.Debug("sending the stop signal", "signal", s.sig, "processes", len(ms))
-		send(s.sig, ms, false)
-		send(syscall.SIGCONT, ms, false)
+	if len(ms) == 0 {
+		return nil
 	}
+	s.log.Debug("sending the stop signal", "signal", s.sig, "processes", len(ms))
+	send(s.sig, ms, false)
+	send(syscall.SIGCONT, ms, false)
 	killed := false
 	for {
 		if s.ctx != nil && s.ctx.Err() != nil {

@@ -1,0 +1,51 @@
+package supervisor
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkRunTrue is the supervisor's share of P1: start `true`, wait for
+// it and make sure nothing of it is left.
+func BenchmarkRunTrue(b *testing.B) {
+	env := append(os.Environ(), "FENCERUN_TICK=@bench")
+	for b.Loop() {
+		p, err := Start(Config{Argv: []string{"/bin/true"}, Env: env, Marker: "FENCERUN_TICK=@bench", Grace: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st := p.Wait(); st != (Status{}) {
+			b.Fatal(st)
+		}
+	}
+}
+
+// BenchmarkStopSleep is the supervisor's share of P3: from Stop to the
+// whole group dead and reaped.
+func BenchmarkStopSleep(b *testing.B) {
+	env := append(os.Environ(), "FENCERUN_TICK=@bench")
+	for b.Loop() {
+		b.StopTimer()
+		p, err := Start(Config{Argv: []string{"sh", "-c", "sleep 1000 & sleep 1000 & exec sleep 1000"}, Env: env, Marker: "FENCERUN_TICK=@bench", Grace: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		p.Stop(10 * time.Second)
+		if st := p.Wait(); st.Signal != syscall.SIGTERM {
+			b.Fatal(st)
+		}
+	}
+}
+
+// BenchmarkScan is one reading of the tree, as Stop, Wait and Signal do.
+func BenchmarkScan(b *testing.B) {
+	p := &Process{pid: -1, marker: "FENCERUN_TICK=@bench"}
+	for b.Loop() {
+		if _, err := p.members(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
