@@ -45,6 +45,7 @@ func TestMain(m *testing.M) {
 //	pty ARGV...     as run, and print whether the terminal's foreground is back
 //	pty-bg ARGV...  give the terminal to another group first, then as pty
 //	trap            say "ready PID" to $INBOX, then "usr1 PID" on SIGUSR1, and exit
+//	record          say "ready PID", then "SIGNAL PID" for each signal of forwarded
 //	ignore-term     ignore SIGTERM, say "ready PID", and live
 func helper(mode string, args []string) int {
 	switch mode {
@@ -90,6 +91,13 @@ func helper(mode string, args []string) int {
 		<-c
 		say("usr1 %d", os.Getpid())
 		return 0
+	case "record":
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, forwarded...)
+		say("ready %d", os.Getpid())
+		for sig := range c {
+			say("%v %d", sig, os.Getpid())
+		}
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		say("ready %d", os.Getpid())
@@ -100,6 +108,10 @@ func helper(mode string, args []string) int {
 	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 	return 125
 }
+
+// forwarded are the signals SPEC.md S7 has fencerun forward.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
 func say(format string, args ...any) {
 	f, err := os.OpenFile(os.Getenv("INBOX"), os.O_WRONLY|os.O_APPEND, 0)

@@ -183,6 +183,53 @@ func TestSignalReachesTheTree(t *testing.T) {
 	}
 }
 
+func TestForwardedSignals(t *testing.T) {
+	e := newEnv(t)
+	// One in the group, one in a session of its own.
+	p := e.sh(`setsid $H record & exec $H record`)
+	e.inbox.next(t)
+	e.inbox.next(t)
+	for _, sig := range forwarded {
+		if err := p.Signal(sig.(syscall.Signal)); err != nil {
+			t.Fatal(err)
+		}
+		pids := map[int]bool{}
+		for range 2 {
+			var name string
+			var pid int
+			l := e.inbox.next(t)
+			if _, err := fmt.Sscanf(strings.Replace(l, sig.String(), "got", 1), "%s %d", &name, &pid); err != nil || name != "got" {
+				t.Fatalf("sent %v, the inbox says %q", sig, l)
+			}
+			pids[pid] = true
+		}
+		if len(pids) != 2 {
+			t.Errorf("%v reached one process twice: %v", sig, pids)
+		}
+	}
+}
+
+func TestOnlyStdFilesInherited(t *testing.T) {
+	e := newEnv(t)
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// dup2 leaves the copy without close-on-exec, like a descriptor this
+	// process could have inherited.
+	const fd = 42
+	if err := unix.Dup2(int(f.Fd()), fd); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	p := e.sh(`if [ -e /proc/self/fd/42 ]; then echo leaked > $INBOX; else echo clean > $INBOX; fi`)
+	if got := e.inbox.next(t); got != "clean" {
+		t.Errorf("the command says %s", got)
+	}
+	wait(t, p)
+}
+
 func TestLeftoverStoppedAfterExit(t *testing.T) {
 	e := newEnv(t)
 	p := e.start(time.Hour, "sh", "-c", `sleep 1000 & echo $! > $INBOX`)
