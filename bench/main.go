@@ -85,7 +85,8 @@ func run(cfg config, out string) error {
 // interrupted run has the quick figures first.
 func (h *harness) measure() []row {
 	h.calibrate()
-	rows := []row{h.uncontended(), h.handoff(), h.handoffRate()}
+	rows := h.uncontended()
+	rows = append(rows, h.handoff(), h.handoffRate())
 	rows = append(rows, h.revoke()...)
 	rows = append(rows, h.hold()...)
 	rows = append(rows, h.keys()...)

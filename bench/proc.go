@@ -99,14 +99,19 @@ func (p *proc) stderrTail() string {
 	return "; stderr: " + s
 }
 
-// runTimed runs argv to completion and returns its wall time, from just
-// before fork to just after wait, in this goroutine so no scheduling of a
-// second goroutine lands inside the measure.
-func (h *harness) runTimed(argv []string, want int) (time.Duration, error) {
+// timing is what one run to completion cost.
+type timing struct {
+	wall time.Duration // from just before fork to just after wait
+	cpu  time.Duration // utime+stime from wait4: the process and what it waited for
+}
+
+// runTimed runs argv to completion and measures it, in this goroutine so
+// no scheduling of a second goroutine lands inside the measure.
+func (h *harness) runTimed(argv []string, want int) (timing, error) {
 	errPath := filepath.Join(h.work, "stderr", strconv.FormatInt(procSeq.Add(1), 10))
 	errf, err := os.Create(errPath)
 	if err != nil {
-		return 0, err
+		return timing{}, err
 	}
 	defer errf.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Guard)
@@ -116,16 +121,22 @@ func (h *harness) runTimed(argv []string, want int) (time.Duration, error) {
 	cmd.Stderr = errf
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s: %w", argv[0], err)
+		return timing{}, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	werr := cmd.Wait()
-	d := time.Since(t0)
+	wall := time.Since(t0)
 	if got := cmd.ProcessState.ExitCode(); got != want {
 		p := &proc{argv: argv, cmd: cmd, errPath: errPath, err: werr, done: make(chan struct{})}
 		close(p.done)
-		return 0, p.wait(want)
+		return timing{}, p.wait(want)
 	}
-	return d, nil
+	return timing{wall: wall, cpu: cpuTime(cmd.ProcessState)}, nil
+}
+
+// cpuTime is the user and system time wait4 reported for a process, which
+// includes the children it waited for.
+func cpuTime(ps *os.ProcessState) time.Duration {
+	return ps.UserTime() + ps.SystemTime()
 }
 
 // output runs argv and returns its stdout, for the few probes that parse it,

@@ -69,11 +69,11 @@ func (h *harness) progress(format string, args ...any) {
 func (h *harness) calibrate() {
 	var spawn, stamp sample
 	for i := range h.cfg.Warmup + h.cfg.Runs {
-		d, err := h.runTimed([]string{"true"}, 0)
+		r, err := h.runTimed([]string{"true"}, 0)
 		if err != nil {
 			spawn.fail(err)
 		} else if i >= h.cfg.Warmup {
-			spawn.add(d.Seconds())
+			spawn.add(r.wall.Seconds())
 		}
 		if h.stampErr != nil {
 			stamp.fail(h.stampErr)
@@ -117,17 +117,26 @@ func describe(s *sample, u unit) string {
 	return fmt.Sprintf("median %s (p10–p90 %s–%s, n=%d)", u.format(s.median()), u.format(s.quantile(0.1)), u.format(s.quantile(0.9)), len(s.vals))
 }
 
-// uncontended is P1: the wall time of running `true` under a free lock.
-func (h *harness) uncontended() row {
+// uncontended is P1: the wall time of running `true` under a free lock,
+// and the CPU time it took, which is most of what a hold costs besides its
+// renewals (P4).
+func (h *harness) uncontended() []row {
 	h.progress("P1 uncontended runs")
-	r := newRow("P1", "uncontended `run --key k -- true`, wall time", seconds, h.flock.name, ratioAtMost(2))
-	tools, samples := h.pair(), []*sample{r.subj, r.peer}
+	wall := newRow("P1", "uncontended `run --key k -- true`, wall time", seconds, h.flock.name, ratioAtMost(2))
+	cpu := newRow("P1", "uncontended `run --key k -- true`, CPU (utime+stime)", seconds, h.flock.name, goal{text: "—"})
+	tools, samples := h.pair(), []*sample{wall.subj, wall.peer}
+	cpus := []*sample{cpu.subj, cpu.peer}
 	specs := h.specs("p1", tools, samples)
+	calls := make([]int, len(tools))
 	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
-		d, err := h.runTimed(t.argv(specs[j], "true"), 0)
-		return d.Seconds(), err
+		r, err := h.runTimed(t.argv(specs[j], "true"), 0)
+		if calls[j]++; err == nil && calls[j] > h.cfg.Warmup {
+			cpus[j].add(r.cpu.Seconds())
+		}
+		return r.wall.Seconds(), err
 	})
-	return r
+	cpu.subj.err, cpu.peer.err = wall.subj.err, wall.peer.err
+	return []row{wall, cpu}
 }
 
 // handoff is P2's latency: from the holder's command exiting to the queued
@@ -463,12 +472,7 @@ func (h *harness) hold() []row {
 			cpus[x.j].fail(err)
 			continue
 		}
-		ru, ok := x.p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		if !ok {
-			cpus[x.j].fail(errors.New("no rusage"))
-			continue
-		}
-		cpus[x.j].add(time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime)).Seconds())
+		cpus[x.j].add(cpuTime(x.p.cmd.ProcessState).Seconds())
 	}
 	for j := range tools {
 		if rsss[j].err == nil && cpus[j].err != nil && len(rsss[j].vals) == 0 {
@@ -514,12 +518,12 @@ func (h *harness) keys() []row {
 	}
 	h.progress("P6 list and status")
 	interleave([]*tool{t}, []*sample{list.subj}, min(h.cfg.Warmup, 1), h.cfg.ListRuns, func(int, *tool) (float64, error) {
-		d, err := h.runTimed(t.cli(stores[0], "list"), 0)
-		return d.Seconds(), err
+		r, err := h.runTimed(t.cli(stores[0], "list"), 0)
+		return r.wall.Seconds(), err
 	})
 	interleave([]*tool{t, t}, []*sample{status.subj, status.peer}, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
-		d, err := h.runTimed(t.cli(stores[j], "status", stores[j].key), 0)
-		return d.Seconds(), err
+		r, err := h.runTimed(t.cli(stores[j], "status", stores[j].key), 0)
+		return r.wall.Seconds(), err
 	})
 	return []row{list, status}
 }
