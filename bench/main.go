@@ -85,8 +85,10 @@ func run(cfg config, out string) error {
 // interrupted run has the quick figures first.
 func (h *harness) measure() []row {
 	h.calibrate()
-	rows := h.uncontended()
-	rows = append(rows, h.handoff(), h.handoffRate())
+	file := h.filePair("P1")
+	rows := h.uncontended(file)
+	file.id = "P2"
+	rows = append(rows, h.handoff(file), h.handoffRate(file))
 	rows = append(rows, h.revoke()...)
 	rows = append(rows, h.hold()...)
 	rows = append(rows, h.keys()...)

@@ -58,7 +58,18 @@ func (h *harness) specs(name string, tools []*tool, samples []*sample) []lockSpe
 	return specs
 }
 
-func (h *harness) pair() []*tool { return []*tool{h.fencerun, h.flock} }
+// A pair is fencerun on one backend and the peer it is measured against
+// there: flock(1) for the file backend (P1, P2); the etcd issue adds
+// fencerun --etcd against `etcdctl lock` and runs the same scenarios as P7.
+type pair struct {
+	id   string // the SPEC figure the rows are for
+	subj *tool
+	peer *tool
+}
+
+func (pr pair) tools() []*tool { return []*tool{pr.subj, pr.peer} }
+
+func (h *harness) filePair(id string) pair { return pair{id: id, subj: h.fencerun, peer: h.flock} }
 
 func (h *harness) progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
@@ -120,13 +131,13 @@ func describe(s *sample, u unit) string {
 // uncontended is P1: the wall time of running `true` under a free lock,
 // and the CPU time it took, which is most of what a hold costs besides its
 // renewals (P4).
-func (h *harness) uncontended() []row {
-	h.progress("P1 uncontended runs")
-	wall := newRow("P1", "uncontended `run --key k -- true`, wall time", seconds, h.flock.name, ratioAtMost(2))
-	cpu := newRow("P1", "uncontended `run --key k -- true`, CPU (utime+stime)", seconds, h.flock.name, goal{text: "—"})
-	tools, samples := h.pair(), []*sample{wall.subj, wall.peer}
+func (h *harness) uncontended(pr pair) []row {
+	h.progress("%s uncontended runs, %s and %s", pr.id, pr.subj.name, pr.peer.name)
+	wall := newRow(pr.id, "uncontended `run --key k -- true`, wall time", seconds, pr.peer.name, ratioAtMost(2))
+	cpu := newRow(pr.id, "uncontended `run --key k -- true`, CPU (utime+stime)", seconds, pr.peer.name, goal{text: "—"})
+	tools, samples := pr.tools(), []*sample{wall.subj, wall.peer}
 	cpus := []*sample{cpu.subj, cpu.peer}
-	specs := h.specs("p1", tools, samples)
+	specs := h.specs(strings.ToLower(pr.id)+"-run", tools, samples)
 	calls := make([]int, len(tools))
 	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
 		r, err := h.runTimed(t.argv(specs[j], "true"), 0)
@@ -141,16 +152,16 @@ func (h *harness) uncontended() []row {
 
 // handoff is P2's latency: from the holder's command exiting to the queued
 // waiter's command starting, both moments stamped on CLOCK_MONOTONIC.
-func (h *harness) handoff() row {
-	h.progress("P2 handoff latency")
-	r := newRow("P2", "handoff: holder's command exits → waiter's command starts", seconds, h.flock.name, ratioAtMost(1.5))
-	tools, samples := h.pair(), []*sample{r.subj, r.peer}
+func (h *harness) handoff(pr pair) row {
+	h.progress("%s handoff latency, %s and %s", pr.id, pr.subj.name, pr.peer.name)
+	r := newRow(pr.id, "handoff: holder's command exits → waiter's command starts", seconds, pr.peer.name, ratioAtMost(1.5))
+	tools, samples := pr.tools(), []*sample{r.subj, r.peer}
 	if h.stampErr != nil {
 		r.subj.fail(h.stampErr)
 		r.peer.fail(h.stampErr)
 		return r
 	}
-	specs := h.specs("p2", tools, samples)
+	specs := h.specs(strings.ToLower(pr.id)+"-handoff", tools, samples)
 	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
 		return h.handoffOnce(t, specs[j])
 	})
@@ -255,11 +266,11 @@ func (h *harness) settle(t *tool, l lockSpec, p *proc) error {
 
 // handoffRate is P2's throughput: LoopWaiters processes each run `true`
 // under one lock LoopRuns times, so every run but the first waits in a queue.
-func (h *harness) handoffRate() row {
-	h.progress("P2 handoff rate, %d waiters", h.cfg.LoopWaiters)
-	r := newRow("P2", fmt.Sprintf("handoffs per second, %d waiters in a loop", h.cfg.LoopWaiters), perSec, h.flock.name, goal{text: "—"})
-	tools, samples := h.pair(), []*sample{r.subj, r.peer}
-	specs := h.specs("p2rate", tools, samples)
+func (h *harness) handoffRate(pr pair) row {
+	h.progress("%s handoff rate, %d waiters, %s and %s", pr.id, h.cfg.LoopWaiters, pr.subj.name, pr.peer.name)
+	r := newRow(pr.id, fmt.Sprintf("handoffs per second, %d waiters in a loop", h.cfg.LoopWaiters), perSec, pr.peer.name, goal{text: "—"})
+	tools, samples := pr.tools(), []*sample{r.subj, r.peer}
+	specs := h.specs(strings.ToLower(pr.id)+"-rate", tools, samples)
 	interleave(tools, samples, min(h.cfg.Warmup, 1), h.cfg.LoopRounds, func(j int, t *tool) (float64, error) {
 		return h.loopRound(t, specs[j])
 	})
@@ -417,7 +428,7 @@ func (h *harness) hold() []row {
 	h.progress("P4/P5 %d holds of %s at TTL %s", h.cfg.Holds, human(h.cfg.Hold), human(h.cfg.HoldTTL))
 	cpu := newRow("P4", fmt.Sprintf("CPU of the wrapper, %s hold at %s TTL", human(h.cfg.Hold), human(h.cfg.HoldTTL)), seconds, h.flock.name, atMost(0.050, seconds))
 	rss := newRow("P5", "peak RSS (VmHWM) of the wrapper", bytes, h.flock.name, atMost(20<<20, bytes))
-	tools := h.pair()
+	tools := h.filePair("P4").tools()
 	cpus, rsss := []*sample{cpu.subj, cpu.peer}, []*sample{rss.subj, rss.peer}
 	type held struct {
 		j int
