@@ -194,11 +194,11 @@ func TestHandoffNeedsALock(t *testing.T) {
 		argv:   func(_ lockSpec, cmd ...string) []string { return cmd },
 		queued: func(lockSpec, int) (bool, error) { return false, nil },
 	}
-	dir, err := h.scenarioDir("none")
+	l, err := h.scenarioDir("none")
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := h.handoffOnce(none, lockSpec{dir: dir, key: "k"})
+	v, err := h.handoffOnce(none, l)
 	if err == nil || !strings.Contains(err.Error(), "before the holder let go") {
 		t.Fatalf("handoff without a lock = %v, %v; want the waiter reported as running early", v, err)
 	}

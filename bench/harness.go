@@ -206,9 +206,19 @@ func (h *harness) buildPopulate() string {
 	return bin
 }
 
-// scenarioDir makes a fresh state directory, 0700 as fencerun requires.
-func (h *harness) scenarioDir(name string) (string, error) {
-	return os.MkdirTemp(h.work, name+"-")
+// scenarioDir makes a fresh directory for one scenario of one tool: the
+// state root the tool is given (0700, as fencerun requires), and beside it,
+// never inside it, the harness's own fifos and stamp files.
+func (h *harness) scenarioDir(name string) (lockSpec, error) {
+	files, err := os.MkdirTemp(h.work, name+"-")
+	if err != nil {
+		return lockSpec{}, err
+	}
+	state := filepath.Join(files, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		return lockSpec{}, err
+	}
+	return lockSpec{dir: state, files: files, key: "k"}, nil
 }
 
 // firstLine is the first line of a tool's output that says something,

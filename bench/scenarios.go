@@ -49,11 +49,11 @@ func interleave(tools []*tool, samples []*sample, warm, n int, one func(j int, t
 func (h *harness) specs(name string, tools []*tool, samples []*sample) []lockSpec {
 	specs := make([]lockSpec, len(tools))
 	for j := range tools {
-		dir, err := h.scenarioDir(fmt.Sprintf("%s-%d", name, j))
+		l, err := h.scenarioDir(fmt.Sprintf("%s-%d", name, j))
 		if err != nil {
 			samples[j].fail(err)
 		}
-		specs[j] = lockSpec{dir: dir, key: "k"}
+		specs[j] = l
 	}
 	return specs
 }
@@ -172,9 +172,9 @@ func (h *harness) handoff(pr pair) row {
 // stamp as its last act; queues a waiter whose command is the stamp; waits
 // until the waiter is queued and asleep; then lets the holder go.
 func (h *harness) handoffOnce(t *tool, l lockSpec) (float64, error) {
-	fifo := filepath.Join(l.dir, "go")
-	exitStamp := filepath.Join(l.dir, "t_exit")
-	startStamp := filepath.Join(l.dir, "t_start")
+	fifo := filepath.Join(l.files, "go")
+	exitStamp := filepath.Join(l.files, "t_exit")
+	startStamp := filepath.Join(l.files, "t_start")
 	for _, p := range []string{exitStamp, startStamp} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return 0, err
@@ -340,7 +340,7 @@ func (h *harness) revoke() []row {
 }
 
 func (h *harness) revokeOnce(t *tool, l lockSpec) (dead, wall float64, err error) {
-	fifo := filepath.Join(l.dir, "pids")
+	fifo := filepath.Join(l.files, "pids")
 	if err := mkfifo(fifo); err != nil {
 		return 0, 0, err
 	}
@@ -443,13 +443,13 @@ func (h *harness) hold() []row {
 				rsss[j].fail(t.err)
 				continue
 			}
-			dir, err := h.scenarioDir(fmt.Sprintf("p4-%d-%d", j, i))
+			l, err := h.scenarioDir(fmt.Sprintf("p4-%d-%d", j, i))
 			if err != nil {
 				cpus[j].fail(err)
 				continue
 			}
-			l := lockSpec{dir: dir, key: "k", ttl: h.cfg.HoldTTL}
-			fifo := filepath.Join(dir, "go")
+			l.ttl = h.cfg.HoldTTL
+			fifo := filepath.Join(l.files, "go")
 			if err := mkfifo(fifo); err != nil {
 				cpus[j].fail(err)
 				continue
@@ -514,9 +514,9 @@ func (h *harness) keys() []row {
 	var stores [2]lockSpec // many keys, few keys
 	for i, n := range []int{h.cfg.Keys, h.cfg.FewKeys} {
 		h.progress("P6 making %d keys", n)
-		dir, err := h.scenarioDir(fmt.Sprintf("p6-%d", n))
+		l, err := h.scenarioDir(fmt.Sprintf("p6-%d", n))
 		if err == nil {
-			err = h.populateKeys(t, dir, n)
+			err = h.populateKeys(t, l.dir, n)
 		}
 		if err != nil {
 			err = fmt.Errorf("making %d keys: %w", n, err)
@@ -525,7 +525,7 @@ func (h *harness) keys() []row {
 			}
 			return []row{list, status}
 		}
-		stores[i] = lockSpec{dir: dir, key: keyName(h.cfg.FewKeys / 2)}
+		stores[i] = lockSpec{dir: l.dir, key: keyName(h.cfg.FewKeys / 2)}
 	}
 	h.progress("P6 list and status")
 	interleave([]*tool{t}, []*sample{list.subj}, min(h.cfg.Warmup, 1), h.cfg.ListRuns, func(int, *tool) (float64, error) {

@@ -15,9 +15,10 @@ import (
 // (fresh per scenario, so runs never see each other's state), the key, and
 // the lease duration where the tool has one.
 type lockSpec struct {
-	dir string
-	key string
-	ttl time.Duration // 0: the tool's default
+	dir   string // the tool's state root
+	files string // the harness's fifos and stamps for this lock
+	key   string
+	ttl   time.Duration // 0: the tool's default
 }
 
 // A tool is one way to run a command while holding a lock: fencerun on a
