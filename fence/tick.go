@@ -69,6 +69,12 @@ func (s *TickServer) Serve(owns func(pid int) bool, onTick func(time.Time)) erro
 func (s *TickServer) answer(c *net.UnixConn, owns func(pid int) bool, onTick func(time.Time)) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	// Read the request before answering: closing with it unread would
+	// break the caller's write.
+	req, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || strings.TrimSpace(req) != "tick" {
+		return
+	}
 	pid, err := peerPID(c)
 	reply := "ok"
 	switch {

@@ -37,12 +37,12 @@ func (e *ExecError) ExitCode() int { return e.code }
 // (confstr(_CS_PATH) on glibc).
 const defaultPath = "/bin:/usr/bin"
 
-// lookPath resolves name as execvp(3) and a shell do, with the PATH of env:
+// LookPath resolves name as execvp(3) and a shell do, with the PATH of env:
 // a name with a slash is used as it is; otherwise the first executable
 // regular file in PATH wins (an empty or relative entry is the working
 // directory, as for execvp). A non-executable file found in PATH is a 126
 // when nothing executable is found after it, as in sh.
-func lookPath(name string, env []string) (string, error) {
+func LookPath(name string, env []string) (string, error) {
 	if name == "" {
 		return "", &ExecError{Path: name, Err: exec.ErrNotFound, code: ExitNotFound}
 	}

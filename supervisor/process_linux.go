@@ -81,7 +81,7 @@ func Start(cfg Config) (*Process, error) {
 	if cfg.Marker != "" && !slices.Contains(cfg.Env, cfg.Marker) {
 		return nil, fmt.Errorf("supervisor: marker %q is not in the command's environment", cfg.Marker)
 	}
-	path, err := lookPath(cfg.Argv[0], cfg.Env)
+	path, err := LookPath(cfg.Argv[0], cfg.Env)
 	if err != nil {
 		return nil, err
 	}

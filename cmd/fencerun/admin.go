@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/supervisor"
+)
+
+// ReleaseCmd is `fencerun release KEY --force`.
+type ReleaseCmd struct {
+	Key   string `arg:"" help:"The key to release."`
+	Force bool   `help:"Required: revoke the lease. The holder's fence breaks, its command is stopped and it exits 76. Also clears a corrupt record."`
+}
+
+// Validate requires --force: a release from outside stops someone's command.
+func (c *ReleaseCmd) Validate() error {
+	if !c.Force {
+		return usage("release revokes the lease of a running holder and stops its command; say --force to do it")
+	}
+	return validKey(c.Key)
+}
+
+// Run revokes the lease.
+func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
+	backend, err := g.openStore()
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	had, err := backend.Revoke(ctx, c.Key)
+	if err != nil {
+		return fail(supervisor.ExitFailed, "%v", err)
+	}
+	if had {
+		fmt.Printf("released %s: the holder's fence is broken and its command is being stopped\n", c.Key)
+	} else {
+		fmt.Printf("%s was free: nothing to release\n", c.Key)
+	}
+	return nil
+}
+
+// CancelCmd is `fencerun cancel KEY`.
+type CancelCmd struct {
+	Key  string        `arg:"" help:"The key whose holder to ask."`
+	Wait time.Duration `short:"w" default:"0" help:"Also wait until the key is free, at most this long (exit 75 if it is still held then)."`
+}
+
+// Validate checks the key.
+func (c *CancelCmd) Validate() error {
+	if c.Wait < 0 {
+		return usage("--wait %v is negative", c.Wait)
+	}
+	return validKey(c.Key)
+}
+
+// Run records the request and, with --wait, waits for the key to be free.
+func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
+	backend, err := g.openStore()
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	had, err := backend.Cancel(ctx, c.Key)
+	if err != nil {
+		return fail(supervisor.ExitFailed, "%v", err)
+	}
+	if !had {
+		fmt.Printf("%s is free: nothing to cancel\n", c.Key)
+		return nil
+	}
+	fmt.Printf("asked the holder of %s to stop its command\n", c.Key)
+	if c.Wait == 0 {
+		return nil
+	}
+	// A rare, interactive wait: a status read every 50ms costs nothing
+	// that matters and needs no watch of the store's internals.
+	deadline := time.Now().Add(c.Wait)
+	for {
+		st, err := backend.Status(ctx, c.Key)
+		if err != nil {
+			return fail(supervisor.ExitFailed, "%v", err)
+		}
+		if st.State == store.Free {
+			fmt.Printf("%s is free\n", c.Key)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fail(supervisor.ExitConflict, "%s is still held after %v", c.Key, c.Wait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// PruneCmd is `fencerun prune`.
+type PruneCmd struct {
+	JSON bool `name:"json" help:"Print what was removed as a JSON array."`
+}
+
+// Run prunes and says what it removed.
+func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
+	backend, err := g.openStore()
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	removed, err := backend.Prune(ctx)
+	if err != nil {
+		return fail(supervisor.ExitFailed, "%v", err)
+	}
+	if c.JSON {
+		if removed == nil {
+			removed = []store.Pruned{}
+		}
+		return writeJSON(os.Stdout, removed)
+	}
+	if len(removed) == 0 {
+		fmt.Println("nothing to prune")
+	}
+	for _, p := range removed {
+		fmt.Printf("removed %s", p.What)
+		if p.Key != "" {
+			fmt.Printf(" of %s", p.Key)
+		}
+		if p.Path != "" {
+			fmt.Printf(" (%s)", p.Path)
+		}
+		fmt.Println()
+	}
+	return nil
+}

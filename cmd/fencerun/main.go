@@ -1,0 +1,152 @@
+// Command fencerun runs a command only while it holds a lease, and stops the
+// command's whole process tree the moment the lease is lost. See SPEC.md for
+// the contract and README.md for the decisions taken where it is silent.
+//
+// This package is wiring only: one kong struct per command, each with a Run
+// method; the work is done by store/, fence/, supervisor/ and resident/.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/alecthomas/kong"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/store/filestore"
+	"github.com/fencerun/fencerun/supervisor"
+)
+
+// Globals are the flags every command takes.
+type Globals struct {
+	Dir       string `placeholder:"PATH" help:"State root of the file backend (default: $$XDG_STATE_HOME/fencerun, else $$HOME/.local/state/fencerun). Must be owned by you and writable by nobody else."`
+	Etcd      string `placeholder:"URLS" help:"Comma-separated etcd endpoints; when set, the etcd backend is used (not built yet: fencerun exits 125)."`
+	LogLevel  string `default:"warn" enum:"error,warn,info,debug,trace" help:"Log level: error, warn, info, debug, trace. Logs go to stderr only."`
+	LogFormat string `default:"text" enum:"text,json" help:"Log format: text, or json (one object a line)."`
+
+	log hclog.Logger
+}
+
+// CLI is fencerun's command line.
+type CLI struct {
+	Globals
+
+	Run     RunCmd     `cmd:"" help:"Run a command under a keyed lease or the resident role."`
+	Status  StatusCmd  `cmd:"" help:"Show one key's lease and queue, or one store's resident."`
+	List    ListCmd    `cmd:"" help:"List every key: state, holder, waiters."`
+	Release ReleaseCmd `cmd:"" help:"Revoke a lease (--force); the holder's command is stopped."`
+	Cancel  CancelCmd  `cmd:"" help:"Ask the holder of a key to stop its command gracefully."`
+	Prune   PruneCmd   `cmd:"" help:"Remove expired leases of dead holders, dead waiters and stray temp files."`
+	Tick    TickCmd    `cmd:"" help:"From inside a fenced command: stamp a liveness tick."`
+	Version VersionCmd `cmd:"" help:"Print the version, Go version and VCS revision."`
+}
+
+// exitError carries the exit code of a failure; kong and main honour
+// ExitCode().
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+// exitCode is a run that ended with a code and nothing more to say (the
+// command's own code, or 128+N).
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+func (c exitCode) ExitCode() int { return int(c) }
+
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// usage is a bad command line or flag value (B2): exit 125.
+func usage(format string, args ...any) error {
+	return fail(supervisor.ExitFailed, format, args...)
+}
+
+func main() {
+	os.Exit(Main(os.Args[1:]))
+}
+
+// Main runs fencerun with args and returns its exit code.
+func Main(args []string) int {
+	var cli CLI
+	exit := -1
+	parser, err := kong.New(&cli,
+		kong.Name("fencerun"),
+		kong.Description("Run a command only while it holds a lease; stop its whole process tree the moment the lease is lost."),
+		kong.DefaultEnvars("FENCERUN"),
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Exit(func(code int) { exit = code }),
+	)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fencerun: %v\n", err)
+		return supervisor.ExitFailed
+	}
+	kctx, err := parser.Parse(args)
+	if exit >= 0 { // --help
+		return exit
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fencerun: %v\n", err)
+		return supervisor.ExitFailed
+	}
+	cli.log = hclog.New(&hclog.LoggerOptions{
+		Name:       "fencerun",
+		Level:      hclog.LevelFromString(cli.LogLevel),
+		Output:     os.Stderr,
+		JSONFormat: cli.LogFormat == "json",
+	})
+	ctx := context.Background()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	err = kctx.Run(&cli.Globals)
+	if err == nil {
+		return 0
+	}
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code)
+	}
+	cli.log.Error(err.Error())
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
+	}
+	return supervisor.ExitFailed
+}
+
+// openStore opens the backend the global flags name.
+func (g *Globals) openStore() (store.Store, error) {
+	if g.Etcd != "" {
+		return nil, usage("--etcd %s: the etcd backend is not built yet; only the embedded file backend is", g.Etcd)
+	}
+	dir := g.Dir
+	if dir == "" {
+		var err error
+		if dir, err = filestore.DefaultRoot(); err != nil {
+			return nil, fail(supervisor.ExitFailed, "no state root: %v (set --dir or FENCERUN_DIR)", err)
+		}
+	}
+	s, err := filestore.Open(dir, filestore.Options{Logger: g.log})
+	if err != nil {
+		return nil, fail(supervisor.ExitFailed, "%v", err)
+	}
+	return s, nil
+}
+
+// validKey applies B1 before anything touches the disk.
+func validKey(key string) error {
+	if err := store.ValidateKey(key); err != nil {
+		return usage("%s", strings.TrimPrefix(err.Error(), "store: "))
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/fencerun/fencerun/resident"
+	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/supervisor"
+)
+
+// acquireResident takes the resident role of a store file (R1-R8). Unlike a
+// key, a busy role is not waited for unless --wait is given (R5, R8): a
+// second instance of a worker is usually a mistake to report, a standby a
+// decision to state.
+func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Claim, path string, env []string) (store.Lease, []string, error) {
+	build, err := resident.BuildOf(path)
+	if err != nil {
+		// An unstamped build is never newer: the run can still hold a free
+		// role, it just never asks for a handover.
+		g.log.Warn("cannot read the command's build identity; it will never ask for a handover", "path", path, "error", err)
+	}
+	claim.Wait = r.Wait != nil
+	role, refusal, err := resident.Acquire(ctx, r.Resident, resident.Claim{
+		Claim: claim, Build: build, StuckAfter: r.stuckAfter(),
+		NoHandover: r.NoHandover, HandoverWait: r.HandoverWait, Logger: g.log,
+	})
+	if err != nil {
+		return nil, nil, r.notAcquired(ctx, err, func() *store.Holder {
+			st, _ := resident.Status(r.Resident)
+			if st == nil {
+				return nil
+			}
+			return st.Holder
+		})
+	}
+	if refusal != nil {
+		return nil, nil, fail(r.ConflictExit, "%s", refusal)
+	}
+	env = append(env, "FENCERUN_RESIDENT="+role.Key(), "FENCERUN_FENCE="+strconv.FormatUint(role.Fence(), 10))
+	return role, env, nil
+}
+
+func residentStatus(path string) (*store.Status, error) {
+	st, err := resident.Status(path)
+	if err != nil {
+		return nil, fail(supervisor.ExitFailed, "%v", err)
+	}
+	return st, nil
+}

@@ -1,0 +1,402 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/oklog/run"
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/supervisor"
+)
+
+// RunCmd is `fencerun run`.
+type RunCmd struct {
+	Key          *string        `placeholder:"KEY" help:"Hold the keyed lease KEY: letters, digits and . _ - : /, starting with a letter or digit, at most 80 bytes."`
+	Resident     string         `placeholder:"PATH" help:"Hold the resident role of the store file PATH: one live process per store, elected by a kernel lock on PATH's .resident.lock beside it."`
+	TTL          time.Duration  `name:"ttl" default:"30s" help:"Lease duration, renewed every TTL/3; at least 1s. If renewals fail, the command's whole tree is dead before the lease can expire."`
+	NoWait       bool           `short:"n" help:"Fail at once (exit 75, see -E) if the lease is busy."`
+	Wait         *time.Duration `short:"w" placeholder:"D" help:"Give up waiting for the lease after D (exit 75); 0 waits forever. Keys wait forever by default; a resident waits as a standby only when --wait is given. Waiters are served in arrival order."`
+	ConflictExit int            `name:"conflict-exit-code" short:"E" default:"75" help:"Exit code when the lease was not acquired."`
+	Grace        time.Duration  `default:"10s" help:"Time between the stop signal and SIGKILL of the command's process group, whenever fencerun stops it (capped so that a lost lease's command is dead before expiry)."`
+	KillSignal   string         `default:"TERM" help:"The signal that asks the command to stop (name like TERM or SIGTERM, or number)."`
+	Timeout      time.Duration  `default:"0" help:"Longest run of the command, as timeout(1): then it is stopped and fencerun exits 124. 0 means none."`
+	Name         string         `placeholder:"TEXT" help:"Holder name shown by status (default: the command's base name)."`
+	Reason       string         `placeholder:"TEXT" help:"Why this holder runs; shown by status."`
+	StuckAfter   *time.Duration `help:"Stop a command that ran 'fencerun tick' at least once and then not for this long (exit 78). Default off for keys, 5m for residents; 0 turns it off."`
+	NoHandover   bool           `help:"Resident: never ask an older build to hand over."`
+	HandoverWait time.Duration  `default:"30s" help:"Resident: how long to wait for the holder to hand over."`
+
+	Command []string `arg:"" optional:"" passthrough:"partial" help:"The command and its arguments, after --."`
+}
+
+// Validate checks the flags (B2) before anything touches the disk.
+func (r *RunCmd) Validate() error {
+	if len(r.Command) > 0 && r.Command[0] == "--" {
+		r.Command = r.Command[1:] // kong's partial passthrough keeps the separator
+	}
+	switch {
+	case r.Key == nil && r.Resident == "":
+		return usage("run needs --key KEY or --resident PATH")
+	case r.Key != nil && r.Resident != "":
+		return usage("run takes --key or --resident, not both")
+	case len(r.Command) == 0:
+		return usage("run needs a command after --, for example: fencerun run --key demo -- echo hello")
+	case r.TTL < fence.MinTTL:
+		return usage("--ttl %v is under the minimum of %v", r.TTL, fence.MinTTL)
+	case r.Grace < 0:
+		return usage("--grace %v is negative", r.Grace)
+	case r.Wait != nil && *r.Wait < 0:
+		return usage("--wait %v is negative", *r.Wait)
+	case r.Timeout < 0:
+		return usage("--timeout %v is negative", r.Timeout)
+	case r.StuckAfter != nil && *r.StuckAfter < 0:
+		return usage("--stuck-after %v is negative", *r.StuckAfter)
+	case r.HandoverWait < 0:
+		return usage("--handover-wait %v is negative", r.HandoverWait)
+	case r.NoWait && r.Wait != nil:
+		return usage("--no-wait and --wait %v contradict each other", *r.Wait)
+	case r.ConflictExit < 0 || r.ConflictExit > 255:
+		return usage("--conflict-exit-code %d is not an exit code (0 to 255)", r.ConflictExit)
+	}
+	if _, err := parseSignal(r.KillSignal); err != nil {
+		return usage("--kill-signal: %v", err)
+	}
+	if r.Key != nil {
+		return validKey(*r.Key)
+	}
+	return nil
+}
+
+// forwarded are the signals fencerun passes to the command's group (S7).
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+
+// signalled is the cause of a wait that a signal ended: exit 128+N.
+type signalled struct{ sig syscall.Signal }
+
+func (s signalled) Error() string { return "interrupted by " + unix.SignalName(s.sig) }
+func (s signalled) ExitCode() int { return 128 + int(s.sig) }
+
+// errGaveUp is the cause of a wait that --wait ended.
+var errGaveUp = errors.New("gave up waiting")
+
+// errTimeout ends the run group when --timeout runs out.
+var errTimeout = errors.New("the command ran past --timeout")
+
+// Run acquires the lease, runs the command under it and releases.
+func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
+	log := g.log
+	stopSig, _ := parseSignal(r.KillSignal)
+
+	// Fail fast on a command that cannot run, before waiting in any queue,
+	// with the PATH the command will get.
+	path, err := supervisor.LookPath(r.Command[0], os.Environ())
+	if err != nil {
+		var ee *supervisor.ExecError
+		if errors.As(err, &ee) {
+			return fail(ee.Code(), "%v", err)
+		}
+		return fail(supervisor.ExitFailed, "%v", err)
+	}
+
+	// Signals are caught from here on: one while waiting ends the wait.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	waitCtx, cancelWait := context.WithCancelCause(ctx)
+	defer cancelWait(nil)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancelWait(signalled{s.(syscall.Signal)})
+		case <-waitCtx.Done():
+		}
+	}()
+	if r.Wait != nil && *r.Wait > 0 {
+		var c context.CancelFunc
+		waitCtx, c = context.WithTimeoutCause(waitCtx, *r.Wait, errGaveUp)
+		defer c()
+	}
+
+	ticks, err := fence.ListenTicks(log.Named("tick"))
+	if err != nil {
+		return fail(supervisor.ExitFailed, "%v", err)
+	}
+	defer ticks.Close()
+	claim := store.Claim{
+		Name:   orDefault(r.Name, filepath.Base(r.Command[0])),
+		Reason: r.Reason,
+		TTL:    r.TTL,
+		Wait:   !r.NoWait,
+		Marker: "FENCERUN_TICK=" + ticks.Addr(),
+	}
+
+	lease, env, err := r.acquire(waitCtx, g, claim, path)
+	if err != nil {
+		return err
+	}
+	cancelWait(nil) // signals now go to the command
+	log = log.With("fence", lease.Fence())
+
+	if p := lease.Predecessor(); p != nil && p.Marker != "" {
+		log.Info("the previous holder died holding the lease; stopping its leftovers", "pid", p.PID)
+		if err := supervisor.StopLeftovers(ctx, p.Marker, stopSig, r.Grace, log.Named("supervisor")); err != nil {
+			_ = lease.Release(ctx)
+			return fail(supervisor.ExitFailed, "stopping the leftovers of dead holder pid %d: %v", p.PID, err)
+		}
+	}
+
+	keeper, err := fence.New(fence.Config{Lease: lease, TTL: r.TTL, Grace: r.Grace, Logger: log.Named("fence")})
+	if err != nil {
+		_ = lease.Release(ctx)
+		return usage("%v", err)
+	}
+	code, err := r.supervise(ctx, log, lease, keeper, ticks, path, append(env, claim.Marker), claim.Marker, stopSig, sigs)
+
+	// Every exit path releases (S8), after the command's processes are gone.
+	relCtx, cancel := context.WithTimeout(ctx, releaseWait(r.TTL))
+	defer cancel()
+	if rerr := keeper.Release(relCtx); rerr != nil {
+		// The wrapper exiting drops the kernel lock that proves it alive, so
+		// the next holder still takes over; say what was left behind.
+		log.Warn("could not release the lease; the next holder will take it over once this process exits", "error", rerr)
+	}
+	if err != nil {
+		return err
+	}
+	return exitCode(code)
+}
+
+// releaseWait bounds how long a release may take before fencerun exits
+// anyway.
+func releaseWait(ttl time.Duration) time.Duration { return min(ttl, 10*time.Second) }
+
+// acquire takes the lease or says why not, and returns the environment the
+// command gets.
+func (r *RunCmd) acquire(ctx context.Context, g *Globals, claim store.Claim, path string) (store.Lease, []string, error) {
+	env := withoutFencerunVars(os.Environ())
+	if r.Resident != "" {
+		return r.acquireResident(ctx, g, claim, path, env)
+	}
+	st, err := g.openStore()
+	if err != nil {
+		return nil, nil, err
+	}
+	lease, holder, err := st.Acquire(ctx, *r.Key, claim)
+	if err != nil {
+		return nil, nil, r.notAcquired(ctx, err, func() *store.Holder {
+			s, serr := st.Status(context.Background(), *r.Key)
+			if serr != nil || s == nil {
+				return nil
+			}
+			return s.Holder
+		})
+	}
+	if lease == nil {
+		return nil, nil, fail(r.ConflictExit, "key %s is busy: %s", *r.Key, describe(holder))
+	}
+	env = append(env, "FENCERUN_KEY="+*r.Key, "FENCERUN_FENCE="+strconv.FormatUint(lease.Fence(), 10))
+	return lease, append(env, lease.Env()...), nil
+}
+
+// notAcquired maps a failed acquisition to its exit: 128+N for a signal,
+// the conflict code when --wait ran out, 125 for anything else.
+func (r *RunCmd) notAcquired(ctx context.Context, err error, holder func() *store.Holder) error {
+	var sig signalled
+	if errors.As(err, &sig) {
+		return sig
+	}
+	if r.Wait != nil && (errors.Is(err, errGaveUp) || errors.Is(err, context.DeadlineExceeded)) {
+		return fail(r.ConflictExit, "gave up waiting after %v: %s", *r.Wait, describe(holder()))
+	}
+	if ctx.Err() != nil {
+		if c := context.Cause(ctx); errors.As(c, &sig) {
+			return sig
+		}
+	}
+	return fail(supervisor.ExitFailed, "%v", err)
+}
+
+// supervise runs the command under the keeper as one run group and returns
+// fencerun's exit code.
+func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Lease, keeper *fence.Keeper,
+	ticks *fence.TickServer, path string, env []string, marker string, stopSig syscall.Signal, sigs <-chan os.Signal) (int, error) {
+	argv := append([]string{path}, r.Command[1:]...)
+	proc, err := supervisor.Start(supervisor.Config{
+		Argv: argv, Env: env, Marker: marker,
+		StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"),
+	})
+	if err != nil {
+		var ee *supervisor.ExecError
+		if errors.As(err, &ee) {
+			return 0, fail(ee.Code(), "%v", err)
+		}
+		return 0, fail(supervisor.ExitFailed, "%v", err)
+	}
+	log.Debug("command started", "pid", proc.Pid(), "argv", r.Command)
+	if shown, ok := lease.(interface{ SetCommandPID(int) error }); ok {
+		if err := shown.SetCommandPID(proc.Pid()); err != nil {
+			log.Warn("could not record the command's pid for status", "error", err)
+		}
+	}
+
+	var g run.Group
+	var status supervisor.Status
+	{ // the command: ends when it exits and its tree is gone
+		g.Add(func() error {
+			status = proc.Wait()
+			return nil
+		}, func(error) { proc.Stop(r.Grace) })
+	}
+	{ // the keeper: ends when the lease is lost, cancelled or handed over
+		clock := fence.BootClock{}
+		g.Add(func() error {
+			err := keeper.Run(ctx)
+			var end *fence.EndError
+			if errors.As(err, &end) && end.StopBy != 0 {
+				// The tree must be dead before the lease can expire (S3).
+				proc.Stop(max(0, end.StopBy-clock.Now()))
+			}
+			return err
+		}, func(error) { keeper.Interrupt() })
+	}
+	{ // signals: forwarded to the command's group; the command decides
+		done := make(chan struct{})
+		g.Add(func() error {
+			for {
+				select {
+				case s := <-sigs:
+					log.Debug("forwarding signal", "signal", s)
+					proc.Signal(s.(syscall.Signal))
+				case <-done:
+					return nil
+				}
+			}
+		}, func(error) { close(done) })
+	}
+	var watchdog *fence.Watchdog
+	if after := r.stuckAfter(); after > 0 {
+		watchdog, _ = fence.NewWatchdog(after, nil)
+		g.Add(func() error { return watchdog.Run(ctx) }, func(error) { watchdog.Interrupt() })
+	}
+	{ // ticks from the command: stamped by the keeper, fed to the watchdog
+		g.Add(func() error {
+			return ticks.Serve(proc.Owns, func(t time.Time) {
+				keeper.Tick(t)
+				if watchdog != nil {
+					watchdog.Tick()
+				}
+			})
+		}, func(error) { ticks.Close() })
+	}
+	if r.Timeout > 0 {
+		t := time.NewTimer(r.Timeout)
+		done := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case <-t.C:
+				return errTimeout
+			case <-done:
+				return nil
+			}
+		}, func(error) { t.Stop(); close(done) })
+	}
+
+	err = g.Run()
+	cause := supervisor.CauseNone
+	var end *fence.EndError
+	switch {
+	case errors.Is(err, errTimeout):
+		cause = supervisor.CauseTimeout
+		log.Warn("the command ran past --timeout and was stopped", "timeout", r.Timeout)
+	case errors.As(err, &end):
+		cause = map[fence.Reason]supervisor.Cause{
+			fence.Lost: supervisor.CauseLost, fence.Cancelled: supervisor.CauseCancel,
+			fence.Handover: supervisor.CauseHandover, fence.Stuck: supervisor.CauseStuck,
+		}[end.Reason]
+		level := hclog.Warn
+		if end.Reason == fence.Lost {
+			level = hclog.Error
+		}
+		log.Log(level, "the command was stopped", "reason", end.Reason.String(), "detail", end.Error())
+	case err != nil:
+		log.Error("run group", "error", err)
+	}
+	return supervisor.ExitCode(cause, status), nil
+}
+
+func (r *RunCmd) stuckAfter() time.Duration {
+	if r.StuckAfter != nil {
+		return *r.StuckAfter
+	}
+	if r.Resident != "" {
+		return 5 * time.Minute
+	}
+	return 0
+}
+
+// describe names a holder for an error message; never its token.
+func describe(h *store.Holder) string {
+	if h == nil {
+		return "held by another process"
+	}
+	s := fmt.Sprintf("held by %s (pid %d on %s", h.Name, h.PID, h.Host)
+	if !h.Acquired.IsZero() {
+		s += ", since " + h.Acquired.Format(time.RFC3339)
+	}
+	if h.Reason != "" {
+		s += ", reason: " + h.Reason
+	}
+	return s + ")"
+}
+
+// withoutFencerunVars drops what an outer fencerun gave this process, so
+// the command sees only this run's FENCERUN_* values.
+func withoutFencerunVars(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "FENCERUN_KEY", "FENCERUN_RESIDENT", "FENCERUN_FENCE", "FENCERUN_TICK", "ETCD_LOCK_KEY", "ETCD_LOCK_REV":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func parseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, fmt.Errorf("signal number %d out of range", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("unknown signal %q", s)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"time"
+
+	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/supervisor"
+)
+
+// TickCmd is `fencerun tick`.
+type TickCmd struct{}
+
+// Help explains where tick works.
+func (TickCmd) Help() string {
+	return "Run this from inside a command that fencerun runs (it reaches the holder through FENCERUN_TICK). The holder stamps the tick as the lease's last tick; with --stuck-after, a command that ticked once and then stopped ticking for that long is stopped (exit 78). A tick from anywhere else is refused with exit 125."
+}
+
+// Run sends one tick.
+func (TickCmd) Run(ctx context.Context) error {
+	addr := os.Getenv("FENCERUN_TICK")
+	if addr == "" {
+		return fail(supervisor.ExitFailed, "tick works only inside a command that fencerun runs: FENCERUN_TICK is not set")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := fence.SendTick(ctx, addr); err != nil {
+		return fail(supervisor.ExitFailed, "%v", err)
+	}
+	return nil
+}
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = "devel"
+
+// VersionCmd is `fencerun version`.
+type VersionCmd struct{}
+
+// Run prints the version, the Go version and the VCS revision.
+func (VersionCmd) Run() error {
+	rev, modified := "unknown (built without VCS stamping)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					modified = " (modified)"
+				}
+			}
+		}
+	}
+	fmt.Printf("fencerun %s\ngo %s %s/%s\nrevision %s%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH, rev, modified)
+	return nil
+}

@@ -1,0 +1,186 @@
+// Package integration tests the built fencerun binary end to end: testscript
+// scripts under testdata/ for the command-line contract, and Go tests with
+// real processes and signals for what scripts cannot express (SIGKILL and
+// SIGSTOP of a wrapper, process trees, terminals).
+package integration
+
+import (
+	"bufio"
+
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// bin is the fencerun binary built once for the package.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fencerun-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	bin = filepath.Join(dir, "fencerun")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/fencerun")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building fencerun:", err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// guard bounds every wait in these tests. It is a failure guard only:
+// nothing waits for it to pass.
+const guard = 30 * time.Second
+
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata",
+		Setup: func(e *testscript.Env) error {
+			e.Setenv("PATH", filepath.Dir(bin)+string(os.PathListSeparator)+e.Getenv("PATH"))
+			e.Setenv("FENCERUN_DIR", filepath.Join(e.WorkDir, "state"))
+			e.Setenv("HOME", e.WorkDir)
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// waitfile FILE: wait until FILE exists (a readiness file).
+			"waitfile": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 1 {
+					ts.Fatalf("usage: waitfile FILE")
+				}
+				if err := waitFor(func() bool { _, err := os.Stat(ts.MkAbs(args[0])); return err == nil }); err != nil {
+					ts.Fatalf("%s never appeared", args[0])
+				}
+			},
+			// gone PIDFILE...: every pid listed in the files is gone.
+			"gone": func(ts *testscript.TestScript, neg bool, args []string) {
+				for _, f := range args {
+					for _, pid := range readPids(ts.MkAbs(f)) {
+						if alive(pid) {
+							ts.Fatalf("pid %d from %s is still alive", pid, f)
+						}
+					}
+				}
+			},
+		},
+	})
+}
+
+// fencerun returns a command running the built binary with state under
+// dir.
+func fencerun(dir string, args ...string) *exec.Cmd {
+	c := exec.Command(bin, args...)
+	c.Env = append(os.Environ(), "FENCERUN_DIR="+dir, "FENCERUN_LOG_LEVEL=debug")
+	return c
+}
+
+// result runs c to completion and returns its exit code and combined output.
+func result(t *testing.T, c *exec.Cmd) (int, string) {
+	t.Helper()
+	out, err := c.CombinedOutput()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		t.Fatalf("%v: %v", c.Args, err)
+	}
+	return 0, string(out)
+}
+
+// waitFor polls cond until it holds or the guard runs out. Polling is the
+// test's own business here: it watches the system from outside.
+func waitFor(cond func() bool) error {
+	deadline := time.Now().Add(guard)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("condition not met within %v", guard)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// waitFile waits until path exists and returns its content.
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	if err := waitFor(func() bool { _, err := os.Stat(path); return err == nil }); err != nil {
+		t.Fatalf("%s never appeared", path)
+	}
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// readPids reads whitespace-separated pids from a file.
+func readPids(path string) []int {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var pids []int
+	sc := bufio.NewScanner(f)
+	sc.Split(bufio.ScanWords)
+	for sc.Scan() {
+		if n, err := strconv.Atoi(sc.Text()); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+// waitGone waits until every pid is gone.
+func waitGone(t *testing.T, pids ...int) {
+	t.Helper()
+	for _, pid := range pids {
+		if err := waitFor(func() bool { return !alive(pid) }); err != nil {
+			t.Fatalf("pid %d still alive after %v", pid, guard)
+		}
+	}
+}
+
+// exitOf waits for a started command and returns its exit code.
+func exitOf(t *testing.T, c *exec.Cmd) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			return 0
+		}
+		if ee, ok := err.(*exec.ExitError); ok {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ee.ExitCode()
+		}
+		t.Fatalf("%v: %v", c.Args, err)
+	case <-time.After(guard):
+		_ = c.Process.Kill()
+		t.Fatalf("%v did not exit within %v", c.Args, guard)
+	}
+	return -1
+}
