@@ -78,6 +78,15 @@ func main() {
 
 // Main runs fencerun with args and returns its exit code.
 func Main(args []string) int {
+	// Inside a fenced command, FENCERUN_KEY and FENCERUN_RESIDENT describe
+	// the enclosing lease (SPEC.md: what the command is given). Read as the
+	// --key and --resident of a nested fencerun, they would make it queue
+	// behind its own parent forever; FENCERUN_TICK tells that they came
+	// from a fencerun, not from the user.
+	if os.Getenv("FENCERUN_TICK") != "" {
+		os.Unsetenv("FENCERUN_KEY")
+		os.Unsetenv("FENCERUN_RESIDENT")
+	}
 	var cli CLI
 	exit := -1
 	parser, err := kong.New(&cli,

@@ -34,7 +34,7 @@ type RunCmd struct {
 	Timeout      time.Duration  `default:"0" help:"Longest run of the command, as timeout(1): then it is stopped and fencerun exits 124. 0 means none."`
 	Name         string         `placeholder:"TEXT" help:"Holder name shown by status (default: the command's base name)."`
 	Reason       string         `placeholder:"TEXT" help:"Why this holder runs; shown by status."`
-	StuckAfter   *time.Duration `help:"Stop a command that ran 'fencerun tick' at least once and then not for this long (exit 78). Default off for keys, 5m for residents; 0 turns it off."`
+	StuckAfter   *time.Duration `placeholder:"D" help:"Stop a command that ran 'fencerun tick' at least once and then not for this long (exit 78). Default off for keys, 5m for residents; 0 turns it off."`
 	NoHandover   bool           `help:"Resident: never ask an older build to hand over."`
 	HandoverWait time.Duration  `default:"30s" help:"Resident: how long to wait for the holder to hand over."`
 
