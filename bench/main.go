@@ -44,7 +44,7 @@ func main() {
 	flag.IntVar(&cfg.Keys, "keys", cfg.Keys, "P6: keys in the large store")
 	flag.IntVar(&cfg.FewKeys, "few-keys", cfg.FewKeys, "P6: keys in the small store")
 	flag.IntVar(&cfg.ListRuns, "list-runs", cfg.ListRuns, "P6: recorded runs of list")
-	flag.IntVar(&cfg.BenchCount, "bench-count", cfg.BenchCount, "-count for the store's Go benchmarks; 0 skips them")
+	flag.IntVar(&cfg.BenchCount, "bench-count", cfg.BenchCount, "-count for the store's Go benchmarks (6 for benchstat); 0 skips them")
 	flag.DurationVar(&cfg.Guard, "guard", cfg.Guard, "kill any process of the harness that runs longer (a failure guard)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work directory, to look at state and stderr files")
 	flag.Parse()
