@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +202,42 @@ func TestHandoffNeedsALock(t *testing.T) {
 	v, err := h.handoffOnce(none, l)
 	if err == nil || !strings.Contains(err.Error(), "before the holder let go") {
 		t.Fatalf("handoff without a lock = %v, %v; want the waiter reported as running early", v, err)
+	}
+}
+
+func TestInterleave(t *testing.T) {
+	a, b := &tool{name: "a"}, &tool{name: "b"}
+	var sa, sb sample
+	var order []string
+	var recs []bool
+	interleave([]*tool{a, b}, []*sample{&sa, &sb}, 1, 2, func(j int, tl *tool, rec bool) (float64, error) {
+		order = append(order, tl.name)
+		recs = append(recs, rec)
+		if tl == b && len(order) == 4 {
+			return 0, errors.New("b broke")
+		}
+		return float64(len(order)), nil
+	})
+	if got := strings.Join(order, " "); got != "a b a b a" {
+		t.Errorf("order %q, want a b a b a: alternating, b not run after it failed", got)
+	}
+	if want := []bool{false, false, true, true, true}; !slices.Equal(recs, want) {
+		t.Errorf("rec %v, want %v: the warm-up round unrecorded", recs, want)
+	}
+	if !slices.Equal(sa.vals, []float64{3, 5}) || sa.err != nil {
+		t.Errorf("a recorded %v (%v), want [3 5]", sa.vals, sa.err)
+	}
+	if sb.err == nil || len(sb.vals) != 0 {
+		t.Errorf("b = %v (%v), want its failure and nothing recorded", sb.vals, sb.err)
+	}
+
+	broken := &tool{name: "c", err: errors.New("does not build")}
+	var sc sample
+	interleave([]*tool{broken}, []*sample{&sc}, 1, 2, func(int, *tool, bool) (float64, error) {
+		t.Error("a tool that cannot run was run")
+		return 0, nil
+	})
+	if sc.err == nil {
+		t.Error("a tool that cannot run left no reason in its sample")
 	}
 }

@@ -21,9 +21,10 @@ import (
 
 // interleave runs one iteration of each tool in turn, A B A B ..., so that
 // drift in the machine (clock frequency, caches, other load) lands on all of
-// them alike. The first warm iterations are run and not recorded. A tool
-// that failed once is not run again: its figure says why.
-func interleave(tools []*tool, samples []*sample, warm, n int, one func(j int, t *tool) (float64, error)) {
+// them alike. The first warm iterations are run and not recorded (one is
+// told which with rec, for the figures it records on the side). A tool that
+// failed once is not run again: its figure says why.
+func interleave(tools []*tool, samples []*sample, warm, n int, one func(j int, t *tool, rec bool) (float64, error)) {
 	for j, t := range tools {
 		if t.err != nil {
 			samples[j].fail(t.err)
@@ -34,7 +35,7 @@ func interleave(tools []*tool, samples []*sample, warm, n int, one func(j int, t
 			if samples[j].err != nil {
 				continue
 			}
-			v, err := one(j, t)
+			v, err := one(j, t, i >= warm)
 			switch {
 			case err != nil:
 				samples[j].fail(err)
@@ -98,7 +99,7 @@ func (h *harness) calibrate() {
 		}
 	}
 	h.notes = append(h.notes,
-		"Floor: the harness (Go os/exec) spawns and waits for `true` in "+describe(&spawn, seconds)+"; every wall time above includes this.",
+		"Floor: the harness (Go os/exec) spawns and waits for `true` in "+describe(&spawn, seconds)+"; the P1 and P6 wall times include this, for every tool.",
 		"Stamp: from just before the harness forks it to the stamp it takes, "+describe(&stamp, seconds)+".")
 }
 
@@ -138,10 +139,9 @@ func (h *harness) uncontended(pr pair) []row {
 	tools, samples := pr.tools(), []*sample{wall.subj, wall.peer}
 	cpus := []*sample{cpu.subj, cpu.peer}
 	specs := h.specs(strings.ToLower(pr.id)+"-run", tools, samples)
-	calls := make([]int, len(tools))
-	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
+	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool, rec bool) (float64, error) {
 		r, err := h.runTimed(t.argv(specs[j], "true"), 0)
-		if calls[j]++; err == nil && calls[j] > h.cfg.Warmup {
+		if err == nil && rec {
 			cpus[j].add(r.cpu.Seconds())
 		}
 		return r.wall.Seconds(), err
@@ -162,7 +162,7 @@ func (h *harness) handoff(pr pair) row {
 		return r
 	}
 	specs := h.specs(strings.ToLower(pr.id)+"-handoff", tools, samples)
-	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
+	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool, _ bool) (float64, error) {
 		return h.handoffOnce(t, specs[j])
 	})
 	return r
@@ -271,7 +271,7 @@ func (h *harness) handoffRate(pr pair) row {
 	r := newRow(pr.id, fmt.Sprintf("handoffs per second, %d waiters in a loop", h.cfg.LoopWaiters), perSec, pr.peer.name, goal{text: "—"})
 	tools, samples := pr.tools(), []*sample{r.subj, r.peer}
 	specs := h.specs(strings.ToLower(pr.id)+"-rate", tools, samples)
-	interleave(tools, samples, min(h.cfg.Warmup, 1), h.cfg.LoopRounds, func(j int, t *tool) (float64, error) {
+	interleave(tools, samples, min(h.cfg.Warmup, 1), h.cfg.LoopRounds, func(j int, t *tool, _ bool) (float64, error) {
 		return h.loopRound(t, specs[j])
 	})
 	return r
@@ -327,10 +327,9 @@ func (h *harness) revoke() []row {
 	wall := newRow("P3", "`release --force` command, wall time", seconds, "", goal{text: "—"})
 	tools, samples := []*tool{h.fencerun}, []*sample{dead.subj}
 	specs := h.specs("p3", tools, samples)
-	calls := 0
-	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
+	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool, rec bool) (float64, error) {
 		d, w, err := h.revokeOnce(t, specs[j])
-		if calls++; err == nil && calls > h.cfg.Warmup {
+		if err == nil && rec {
 			wall.subj.add(w)
 		}
 		return d, err
@@ -528,11 +527,11 @@ func (h *harness) keys() []row {
 		stores[i] = lockSpec{dir: l.dir, key: keyName(h.cfg.FewKeys / 2)}
 	}
 	h.progress("P6 list and status")
-	interleave([]*tool{t}, []*sample{list.subj}, min(h.cfg.Warmup, 1), h.cfg.ListRuns, func(int, *tool) (float64, error) {
+	interleave([]*tool{t}, []*sample{list.subj}, min(h.cfg.Warmup, 1), h.cfg.ListRuns, func(int, *tool, bool) (float64, error) {
 		r, err := h.runTimed(t.cli(stores[0], "list"), 0)
 		return r.wall.Seconds(), err
 	})
-	interleave([]*tool{t, t}, []*sample{status.subj, status.peer}, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool) (float64, error) {
+	interleave([]*tool{t, t}, []*sample{status.subj, status.peer}, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool, _ bool) (float64, error) {
 		r, err := h.runTimed(t.cli(stores[j], "status", stores[j].key), 0)
 		return r.wall.Seconds(), err
 	})
