@@ -32,10 +32,35 @@ type FakeClock struct {
 	mu     sync.Mutex
 	now    time.Duration
 	timers []*fakeTimer
+	set    *sync.Cond // broadcast whenever a timer is set
 }
 
 // NewFakeClock returns a FakeClock at instant start.
-func NewFakeClock(start time.Duration) *FakeClock { return &FakeClock{now: start} }
+func NewFakeClock(start time.Duration) *FakeClock {
+	c := &FakeClock{now: start}
+	c.set = sync.NewCond(&c.mu)
+	return c
+}
+
+// WaitArmed blocks until some timer of this clock is armed to fire at
+// instant at: the goroutine that owns it has seen everything before and is
+// waiting. Tests use it before asserting that nothing happened.
+func (c *FakeClock) WaitArmed(at time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !c.armedLocked(at) {
+		c.set.Wait()
+	}
+}
+
+func (c *FakeClock) armedLocked(at time.Duration) bool {
+	for _, t := range c.timers {
+		if t.armed && t.at == at {
+			return true
+		}
+	}
+	return false
+}
 
 // Now returns the clock's instant.
 func (c *FakeClock) Now() time.Duration {
@@ -92,6 +117,7 @@ func (t *fakeTimer) Set(at time.Duration) {
 	}
 	t.at, t.armed = at, true
 	t.clock.fireLocked(t)
+	t.clock.set.Broadcast()
 }
 
 func (t *fakeTimer) Close() error {

@@ -203,6 +203,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 	retry := min(k.ttl/10, time.Second)
 	var (
 		checkWanted bool
+		checkAt     time.Duration // a failed check is retried from then on
 		tickWanted  *time.Time
 	)
 	start := func(kind string, op func(ctx context.Context) (store.Request, error)) {
@@ -224,7 +225,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		}
 		if !inflight {
 			switch {
-			case checkWanted:
+			case checkWanted && now >= checkAt:
 				checkWanted = false
 				start("check", k.lease.Check)
 			case now >= nextRenew:
@@ -243,6 +244,9 @@ func (k *Keeper) Run(ctx context.Context) error {
 		wake := expiry - k.reserve()
 		if !inflight {
 			wake = min(wake, nextRenew)
+			if checkWanted {
+				wake = min(wake, checkAt)
+			}
 		}
 		timer.Set(wake)
 
@@ -253,7 +257,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 			return nil
 		case <-timer.C():
 		case <-k.lease.Changes():
-			checkWanted = true
+			checkWanted, checkAt = true, 0
 		case t := <-k.ticks:
 			tickWanted = &t
 		case r := <-results:
@@ -268,7 +272,9 @@ func (k *Keeper) Run(ctx context.Context) error {
 					nextRenew = r.sent + retry
 				}
 				if r.kind == "check" {
-					checkWanted = true
+					// Retried, but not in a loop: renewals go on meanwhile,
+					// and they see a revocation too.
+					checkWanted, checkAt = true, r.sent+retry
 				}
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ type testLease struct {
 	renewErr chan error    // its answer
 	changes  chan struct{}
 	check    chan checkAnswer
+	checkErr error        // when set, every Check fails with it at once
+	checks   atomic.Int64 // Check calls
 	ticks    chan time.Time
 	released chan struct{}
 }
@@ -51,6 +54,10 @@ func (l *testLease) Renew(ctx context.Context) (time.Time, error) {
 	}
 }
 func (l *testLease) Check(context.Context) (store.Request, error) {
+	l.checks.Add(1)
+	if l.checkErr != nil {
+		return store.RequestNone, l.checkErr
+	}
 	a := <-l.check
 	return a.req, a.err
 }
@@ -78,8 +85,12 @@ type run struct {
 
 func startKeeper(t *testing.T, ttl, grace time.Duration) *run {
 	t.Helper()
+	return startKeeperOn(t, newTestLease(), ttl, grace)
+}
+
+func startKeeperOn(t *testing.T, l *testLease, ttl, grace time.Duration) *run {
+	t.Helper()
 	clk := NewFakeClock(time.Hour)
-	l := newTestLease()
 	k, err := New(Config{Lease: l, TTL: ttl, Grace: grace, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
@@ -160,15 +171,22 @@ func TestFailingRenewalsGiveUpBeforeExpiry(t *testing.T) {
 	r.clk.Advance(300 * time.Millisecond)
 	recv(t, r.l.renews, "retry")
 	r.l.renewErr <- errors.New("disk on fire")
-	// Reserve: grace bounded by TTL/3 (1s) plus margin (300ms); the keeper
-	// must give up at expiry-1.3s = start+1.7s at the latest.
-	r.clk.Advance(400 * time.Millisecond)
+	// Reserve: grace bounded by TTL/3 (1s) plus margin (300ms): the keeper
+	// gives up at expiry-1.3s = start+1.7s, not before. At +1.6s it still
+	// retries.
+	r.clk.Advance(300 * time.Millisecond)
+	recv(t, r.l.renews, "a retry before the give-up instant")
+	r.l.renewErr <- errors.New("disk on fire")
+	r.clk.WaitArmed(start + 1700*time.Millisecond)
+	select {
+	case err := <-r.done:
+		t.Fatalf("gave up at +%v, before expiry less reserve: %v", r.clk.Now()-start, err)
+	default:
+	}
+	r.clk.Advance(100 * time.Millisecond)
 	e := r.end(t)
 	if e.Reason != Lost {
 		t.Fatalf("reason %v, want lost", e.Reason)
-	}
-	if got := r.clk.Now(); got > start+ttl-1300*time.Millisecond {
-		t.Errorf("gave up at +%v, later than expiry less reserve", got-start)
 	}
 	if want := start + ttl - 300*time.Millisecond; e.StopBy != want {
 		t.Errorf("StopBy = +%v, want +%v (expiry less margin)", e.StopBy-start, want-start)
@@ -231,6 +249,23 @@ func TestChangesAreCheckedAtOnce(t *testing.T) {
 	}
 }
 
+func TestFailingChecksDoNotStarveRenewals(t *testing.T) {
+	l := newTestLease()
+	l.checkErr = errors.New("record unreadable for a moment")
+	r := startKeeperOn(t, l, 3*time.Second, 0)
+	l.changes <- struct{}{}
+	r.clk.Advance(time.Second)
+	recv(t, r.l.renews, "a renewal while checks fail")
+	r.l.renewErr <- nil
+	if n := l.checks.Load(); n > 3 {
+		t.Errorf("%d checks within one TTL/3 of failing checks: retried in a loop", n)
+	}
+	r.k.Interrupt()
+	if err := recv(t, r.done, "Run to return"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestChangeWithNothingAskedKeepsGoing(t *testing.T) {
 	r := startKeeper(t, 3*time.Second, 0)
 	r.l.check <- checkAnswer{req: store.RequestNone}
@@ -274,6 +309,7 @@ func TestWatchdog(t *testing.T) {
 	clk.Advance(4 * time.Second)
 	w.Tick() // progress resets the watch
 	clk.Advance(4 * time.Second)
+	clk.WaitArmed(clk.Now() + time.Second) // the watchdog saw the tick and waits
 	select {
 	case err := <-done:
 		t.Fatalf("stuck although it ticked 4s ago: %v", err)

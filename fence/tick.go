@@ -53,22 +53,45 @@ func (s *TickServer) Addr() string { return s.addr }
 
 // Serve answers ticks until Close: a peer for which owns(pid) is true gets
 // onTick called and "ok"; any other is refused. It returns nil once closed.
+// Anyone on the host can connect to the socket, so nothing a caller does
+// ends Serve: accept errors (EMFILE, say) are logged and retried with a
+// backoff, and at most maxCallers are answered at once, each for at most
+// callerDeadline; a caller beyond that is hung up on.
 func (s *TickServer) Serve(owns func(pid int) bool, onTick func(time.Time)) error {
+	callers := make(chan struct{}, maxCallers)
+	backoff := 10 * time.Millisecond
 	for {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return fmt.Errorf("fence: tick socket: %w", err)
+			s.log.Warn("tick socket: accept failed; retrying", "error", err, "in", backoff)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
 		}
-		go s.answer(c, owns, onTick)
+		backoff = 10 * time.Millisecond
+		select {
+		case callers <- struct{}{}:
+			go func() {
+				defer func() { <-callers }()
+				s.answer(c, owns, onTick)
+			}()
+		default:
+			c.Close()
+		}
 	}
 }
 
+const (
+	maxCallers     = 16
+	callerDeadline = 2 * time.Second
+)
+
 func (s *TickServer) answer(c *net.UnixConn, owns func(pid int) bool, onTick func(time.Time)) {
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(callerDeadline))
 	// Read the request before answering: closing with it unread would
 	// break the caller's write.
 	req, err := bufio.NewReader(c).ReadString('\n')

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +63,16 @@ func TestScripts(t *testing.T) {
 				}
 				if err := waitFor(func() bool { _, err := os.Stat(ts.MkAbs(args[0])); return err == nil }); err != nil {
 					ts.Fatalf("%s never appeared", args[0])
+				}
+			},
+			// waitgrep FILE REGEXP: wait until FILE has a line matching REGEXP.
+			"waitgrep": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 {
+					ts.Fatalf("usage: waitgrep FILE REGEXP")
+				}
+				re := regexp.MustCompile(args[1])
+				if err := waitFor(func() bool { b, _ := os.ReadFile(ts.MkAbs(args[0])); return re.Match(b) }); err != nil {
+					ts.Fatalf("%s never matched %q", args[0], args[1])
 				}
 			},
 			// gone PIDFILE...: every pid listed in the files is gone.

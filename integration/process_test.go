@@ -476,8 +476,11 @@ func TestRenewalsFail(t *testing.T) {
 	t.Parallel()
 	s := newSandbox(t)
 	const ttl = 2 * time.Second
-
-	holder := s.start(s.fencerun("holder", "run", "--key", "job", "--ttl", ttl.String(), "--", "sh", "-c", treeOfSleeps))
+	// The tree ignores the stop signal and the grace is far longer than the
+	// guard: only a SIGKILL at the keeper's StopBy, before the lease's
+	// expiry, can end it in time (S3).
+	holder := s.start(s.fencerun("holder", "run", "--key", "job", "--ttl", ttl.String(), "--grace", "10m",
+		"--", "sh", "-c", "trap '' TERM; "+treeOfSleeps))
 	pids := s.pids("pids")
 	s.waitHeld("job")
 

@@ -46,7 +46,7 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 // CancelCmd is `fencerun cancel KEY`.
 type CancelCmd struct {
 	Key  string        `arg:"" help:"The key whose holder to ask."`
-	Wait time.Duration `short:"w" default:"0" help:"Also wait until the key is free, at most this long (exit 75 if it is still held then)."`
+	Wait time.Duration `short:"w" default:"0" help:"Also wait until the cancelled holder has stopped its command and let go of the key (which may go straight to the next waiter), at most this long: exit 75 if it has not by then."`
 }
 
 // Validate checks the key.
@@ -64,6 +64,12 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer backend.Close()
+	// The holder the request is for: --wait waits for it to let go, not
+	// for the key to be free (a waiter may take it at once).
+	before, err := backend.Status(ctx, c.Key)
+	if err != nil {
+		return fail(supervisor.ExitFailed, "%v", err)
+	}
 	had, err := backend.Cancel(ctx, c.Key)
 	if err != nil {
 		return fail(supervisor.ExitFailed, "%v", err)
@@ -73,9 +79,10 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 		return nil
 	}
 	fmt.Printf("asked the holder of %s to stop its command\n", c.Key)
-	if c.Wait == 0 {
+	if c.Wait == 0 || before.Holder == nil {
 		return nil
 	}
+	fence := before.Holder.Fence
 	// A rare, interactive wait: a status read every 50ms costs nothing
 	// that matters and needs no watch of the store's internals.
 	deadline := time.Now().Add(c.Wait)
@@ -84,12 +91,12 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 		if err != nil {
 			return fail(supervisor.ExitFailed, "%v", err)
 		}
-		if st.State == store.Free {
-			fmt.Printf("%s is free\n", c.Key)
+		if st.Holder == nil || st.Holder.Fence != fence {
+			fmt.Printf("the holder of %s (fence %d) has let go\n", c.Key, fence)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fail(supervisor.ExitConflict, "%s is still held after %v", c.Key, c.Wait)
+			return fail(supervisor.ExitConflict, "the holder of %s (fence %d) still holds it after %v", c.Key, fence, c.Wait)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -115,20 +117,6 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	waitCtx, cancelWait := context.WithCancelCause(ctx)
-	defer cancelWait(nil)
-	go func() {
-		select {
-		case s := <-sigs:
-			cancelWait(signalled{s.(syscall.Signal)})
-		case <-waitCtx.Done():
-		}
-	}()
-	if r.Wait != nil && *r.Wait > 0 {
-		var c context.CancelFunc
-		waitCtx, c = context.WithTimeoutCause(waitCtx, *r.Wait, errGaveUp)
-		defer c()
-	}
 
 	ticks, err := fence.ListenTicks(log.Named("tick"))
 	if err != nil {
@@ -143,27 +131,19 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		Marker: "FENCERUN_TICK=" + ticks.Addr(),
 	}
 
-	lease, env, err := r.acquire(waitCtx, g, claim, path)
+	lease, env, err := r.acquireUnlessSignalled(ctx, g, claim, path, sigs)
 	if err != nil {
 		return err
 	}
-	cancelWait(nil) // signals now go to the command
 	log = log.With("fence", lease.Fence())
-
-	if p := lease.Predecessor(); p != nil && p.Marker != "" {
-		log.Info("the previous holder died holding the lease; stopping its leftovers", "pid", p.PID)
-		if err := supervisor.StopLeftovers(ctx, p.Marker, stopSig, r.Grace, log.Named("supervisor")); err != nil {
-			_ = lease.Release(ctx)
-			return fail(supervisor.ExitFailed, "stopping the leftovers of dead holder pid %d: %v", p.PID, err)
-		}
-	}
-
+	// The keeper's clock starts now, a moment after the store wrote the
+	// expiry: the gap is far inside the keeper's margin.
 	keeper, err := fence.New(fence.Config{Lease: lease, TTL: r.TTL, Grace: r.Grace, Logger: log.Named("fence")})
 	if err != nil {
 		_ = lease.Release(ctx)
 		return usage("%v", err)
 	}
-	code, err := r.supervise(ctx, log, lease, keeper, ticks, path, append(env, claim.Marker), claim.Marker, stopSig, sigs)
+	code, err := r.supervise(ctx, log, lease, keeper, ticks, append(env, claim.Marker), claim.Marker, stopSig, sigs)
 
 	// Every exit path releases (S8), after the command's processes are gone.
 	relCtx, cancel := context.WithTimeout(ctx, releaseWait(r.TTL))
@@ -177,6 +157,45 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	return exitCode(code)
+}
+
+// acquireUnlessSignalled acquires the lease; a signal that arrives before
+// it is held, or while it is being taken, ends the wait (S7): the lease is
+// given back and fencerun exits 128+N without starting the command.
+func (r *RunCmd) acquireUnlessSignalled(ctx context.Context, g *Globals, claim store.Claim, path string, sigs <-chan os.Signal) (store.Lease, []string, error) {
+	waitCtx, cancelWait := context.WithCancelCause(ctx)
+	defer cancelWait(nil)
+	acqCtx := waitCtx
+	if r.Wait != nil && *r.Wait > 0 {
+		var cancel context.CancelFunc
+		acqCtx, cancel = context.WithTimeoutCause(waitCtx, *r.Wait, errGaveUp)
+		defer cancel()
+	}
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sigs:
+			cancelWait(signalled{s.(syscall.Signal)})
+		case <-stop:
+		}
+	}()
+	lease, env, err := r.acquire(acqCtx, g, claim, path)
+	close(stop)
+	<-watched
+	var sig signalled
+	if errors.As(context.Cause(waitCtx), &sig) {
+		if lease != nil {
+			// Releasing forgets a dead predecessor: stop its leftovers first.
+			if p := lease.Predecessor(); p != nil && p.Marker != "" {
+				stopSig, _ := parseSignal(r.KillSignal)
+				_ = stopLeftovers(ctx, p, stopSig, r.Grace, g.log)
+			}
+			_ = lease.Release(ctx)
+		}
+		return nil, nil, sig
+	}
+	return lease, env, err
 }
 
 // releaseWait bounds how long a release may take before fencerun exits
@@ -230,47 +249,88 @@ func (r *RunCmd) notAcquired(ctx context.Context, err error, holder func() *stor
 }
 
 // supervise runs the command under the keeper as one run group and returns
-// fencerun's exit code.
+// fencerun's exit code. The group's actors: the command (first stopping a
+// dead predecessor's leftovers), the keeper, signals, the watchdog, ticks
+// and the timeout. When one ends, the others are interrupted; the keeper
+// and signal forwarding go on until the command's tree is gone, so a fence
+// that breaks while the command is being stopped still cuts its grace
+// short (S3, S5).
 func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Lease, keeper *fence.Keeper,
-	ticks *fence.TickServer, path string, env []string, marker string, stopSig syscall.Signal, sigs <-chan os.Signal) (int, error) {
-	argv := append([]string{path}, r.Command[1:]...)
-	proc, err := supervisor.Start(supervisor.Config{
-		Argv: argv, Env: env, Marker: marker,
-		StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"),
-	})
-	if err != nil {
-		var ee *supervisor.ExecError
-		if errors.As(err, &ee) {
-			return 0, fail(ee.Code(), "%v", err)
-		}
-		return 0, fail(supervisor.ExitFailed, "%v", err)
+	ticks *fence.TickServer, env []string, marker string, stopSig syscall.Signal, sigs <-chan os.Signal) (int, error) {
+	var (
+		mu          sync.Mutex
+		proc        *supervisor.Process
+		interrupted bool
+		status      supervisor.Status
+		keeperErr   error
+	)
+	current := func() *supervisor.Process {
+		mu.Lock()
+		defer mu.Unlock()
+		return proc
 	}
-	log.Debug("command started", "pid", proc.Pid(), "argv", r.Command)
-	if shown, ok := lease.(interface{ SetCommandPID(int) error }); ok {
-		if err := shown.SetCommandPID(proc.Pid()); err != nil {
-			log.Warn("could not record the command's pid for status", "error", err)
-		}
-	}
+	started := make(chan struct{})  // the command runs
+	treeGone := make(chan struct{}) // the command's tree is gone, or it never started
 
 	var g run.Group
-	var status supervisor.Status
-	{ // the command: ends when it exits and its tree is gone
+	{ // the command: ends when it exited and its tree is gone
 		g.Add(func() error {
-			status = proc.Wait()
+			defer close(treeGone)
+			if p := lease.Predecessor(); p != nil && p.Marker != "" {
+				if err := stopLeftovers(ctx, p, stopSig, r.Grace, log); err != nil {
+					return err
+				}
+			}
+			mu.Lock()
+			if interrupted {
+				mu.Unlock()
+				return nil
+			}
+			p, err := supervisor.Start(supervisor.Config{
+				Argv: r.Command, Env: env, Marker: marker,
+				StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"),
+			})
+			proc = p
+			mu.Unlock()
+			if err != nil {
+				var ee *supervisor.ExecError
+				if errors.As(err, &ee) {
+					return fail(ee.Code(), "%v", err)
+				}
+				return fail(supervisor.ExitFailed, "%v", err)
+			}
+			close(started)
+			log.Debug("command started", "pid", p.Pid(), "argv", r.Command)
+			if shown, ok := lease.(interface{ SetCommandPID(int) error }); ok {
+				if err := shown.SetCommandPID(p.Pid()); err != nil {
+					log.Warn("could not record the command's pid for status", "error", err)
+				}
+			}
+			status = p.Wait()
 			return nil
-		}, func(error) { proc.Stop(r.Grace) })
+		}, func(error) {
+			mu.Lock()
+			interrupted = true
+			p := proc
+			mu.Unlock()
+			if p != nil {
+				p.Stop(r.Grace)
+			}
+		})
 	}
 	{ // the keeper: ends when the lease is lost, cancelled or handed over
 		clock := fence.BootClock{}
 		g.Add(func() error {
-			err := keeper.Run(ctx)
+			keeperErr = keeper.Run(ctx)
 			var end *fence.EndError
-			if errors.As(err, &end) && end.StopBy != 0 {
+			if errors.As(keeperErr, &end) && end.StopBy != 0 {
 				// The tree must be dead before the lease can expire (S3).
-				proc.Stop(max(0, end.StopBy-clock.Now()))
+				if p := current(); p != nil {
+					p.Stop(max(0, end.StopBy-clock.Now()))
+				}
 			}
-			return err
-		}, func(error) { keeper.Interrupt() })
+			return keeperErr
+		}, func(error) { go func() { <-treeGone; keeper.Interrupt() }() })
 	}
 	{ // signals: forwarded to the command's group; the command decides
 		done := make(chan struct{})
@@ -278,13 +338,18 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 			for {
 				select {
 				case s := <-sigs:
+					p := current()
+					if p == nil {
+						// Before the command started: as a signal while waiting.
+						return signalled{s.(syscall.Signal)}
+					}
 					log.Debug("forwarding signal", "signal", s)
-					proc.Signal(s.(syscall.Signal))
+					_ = p.Signal(s.(syscall.Signal))
 				case <-done:
 					return nil
 				}
 			}
-		}, func(error) { close(done) })
+		}, func(error) { go func() { <-treeGone; close(done) }() })
 	}
 	var watchdog *fence.Watchdog
 	if after := r.stuckAfter(); after > 0 {
@@ -292,8 +357,12 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 		g.Add(func() error { return watchdog.Run(ctx) }, func(error) { watchdog.Interrupt() })
 	}
 	{ // ticks from the command: stamped by the keeper, fed to the watchdog
+		owns := func(pid int) bool {
+			p := current()
+			return p != nil && p.Owns(pid)
+		}
 		g.Add(func() error {
-			return ticks.Serve(proc.Owns, func(t time.Time) {
+			return ticks.Serve(owns, func(t time.Time) {
 				keeper.Tick(t)
 				if watchdog != nil {
 					watchdog.Tick()
@@ -301,40 +370,71 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 			})
 		}, func(error) { ticks.Close() })
 	}
-	if r.Timeout > 0 {
-		t := time.NewTimer(r.Timeout)
+	if r.Timeout > 0 { // --timeout counts from the command's start
 		done := make(chan struct{})
 		g.Add(func() error {
+			select {
+			case <-started:
+			case <-done:
+				return nil
+			}
+			t := time.NewTimer(r.Timeout)
+			defer t.Stop()
 			select {
 			case <-t.C:
 				return errTimeout
 			case <-done:
 				return nil
 			}
-		}, func(error) { t.Stop(); close(done) })
+		}, func(error) { close(done) })
 	}
 
-	err = g.Run()
-	cause := supervisor.CauseNone
-	var end *fence.EndError
+	err := g.Run()
+	var (
+		cause supervisor.Cause
+		end   *fence.EndError
+		sig   signalled
+		coded *exitError
+	)
 	switch {
+	case errors.As(err, &sig), errors.As(err, &coded):
+		return 0, err
 	case errors.Is(err, errTimeout):
 		cause = supervisor.CauseTimeout
 		log.Warn("the command ran past --timeout and was stopped", "timeout", r.Timeout)
 	case errors.As(err, &end):
-		cause = map[fence.Reason]supervisor.Cause{
-			fence.Lost: supervisor.CauseLost, fence.Cancelled: supervisor.CauseCancel,
-			fence.Handover: supervisor.CauseHandover, fence.Stuck: supervisor.CauseStuck,
-		}[end.Reason]
+		cause = causeOf[end.Reason]
+	case err != nil:
+		log.Error("run group", "error", err)
+	}
+	if errors.As(keeperErr, &end) && end.Reason == fence.Lost {
+		cause = supervisor.CauseLost // also when it broke while the command was being stopped
+	}
+	if end != nil {
 		level := hclog.Warn
 		if end.Reason == fence.Lost {
 			level = hclog.Error
 		}
 		log.Log(level, "the command was stopped", "reason", end.Reason.String(), "detail", end.Error())
-	case err != nil:
-		log.Error("run group", "error", err)
 	}
 	return supervisor.ExitCode(cause, status), nil
+}
+
+// stopLeftovers stops what a dead predecessor left running (S2), so that
+// nothing of its tree runs beside this holder's command. It runs to the
+// end, whatever else happens meanwhile: its processes are not ours to
+// abandon.
+func stopLeftovers(ctx context.Context, p *store.Holder, sig syscall.Signal, grace time.Duration, log hclog.Logger) error {
+	log.Info("the previous holder died holding the lease; stopping its leftovers", "pid", p.PID)
+	if err := supervisor.StopLeftovers(ctx, p.Marker, sig, grace, log.Named("supervisor")); err != nil {
+		return fail(supervisor.ExitFailed, "stopping the leftovers of dead holder pid %d: %v", p.PID, err)
+	}
+	return nil
+}
+
+var causeOf = map[fence.Reason]supervisor.Cause{
+	fence.Lost: supervisor.CauseLost, fence.Cancelled: supervisor.CauseCancel,
+	fence.Handover: supervisor.CauseHandover, fence.Stuck: supervisor.CauseStuck,
 }
 
 func (r *RunCmd) stuckAfter() time.Duration {
@@ -342,7 +442,7 @@ func (r *RunCmd) stuckAfter() time.Duration {
 		return *r.StuckAfter
 	}
 	if r.Resident != "" {
-		return 5 * time.Minute
+		return resident.DefaultStuckAfter
 	}
 	return 0
 }
