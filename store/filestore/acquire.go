@@ -221,7 +221,7 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 			Expires:  now.Add(a.claim.TTL),
 		},
 	}
-	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{syncDir: true}); err != nil {
+	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{durable: true}); err != nil {
 		n.stop(false)
 		unix.Close(live)
 		return nil, err

@@ -178,7 +178,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		}
 		fence := max(salvage(data, "fence"), uint64(s.now().UnixMicro()))
 		fresh := record{Fence: fence, Version: salvage(data, "version") + 1, Revoked: true}
-		if _, err := writeAtomic(kd, leaseFile, fresh.marshal(), writeOpts{syncDir: true}); err != nil {
+		if _, err := writeAtomic(kd, leaseFile, fresh.marshal(), writeOpts{durable: true}); err != nil {
 			return false, err
 		}
 		poke(salvageNotify(data), s.log) // a holder may still run under it

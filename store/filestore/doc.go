@@ -15,10 +15,12 @@
 //     and its directory fsynced before Acquire returns. A crash before the
 //     rename loses a fence nobody was given.
 //   - Every change of a record happens under the key's guard lock (LOCK_EX)
-//     and replaces the file whole (temporary file, fsync, rename): readers
-//     see the old record or the new one, never a torn one, even after a
-//     crash. A holder's renewals and ticks are compare-and-swaps on the
-//     record's secret token and version.
+//     and replaces the file whole (temporary file, rename): readers see the
+//     old record or the new one, never a torn one. Only a new fence is
+//     fsynced; a crash may lose a renewal, tick or release, which after the
+//     reboot reads as a dead holder's record and is taken over at once. A
+//     holder's renewals and ticks are compare-and-swaps on the record's
+//     secret token and version.
 //   - Waiters are served in arrival order. A waiter's queue entry is locked
 //     before it becomes visible; an entry whose lock is free is a dead
 //     waiter's and loses its place at once. A waiter sleeps in the kernel,
