@@ -7,7 +7,7 @@ version := `git describe --tags --always --dirty 2>/dev/null || echo devel`
 
 # Build ./bin/fencerun, stamped with the version.
 build:
-    go build -ldflags "-X main.version={{version}}" -o bin/fencerun ./cmd/fencerun
+    CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version={{version}}" -o bin/fencerun ./cmd/fencerun
 
 # The whole default suite, as CI runs it.
 test:
@@ -24,7 +24,7 @@ chaos minutes="5":
 # Benchmarks: fencerun against flock(1) in one run; writes BENCHMARKS.md.
 bench:
     command -v flock >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)
-    go run ./bench -out BENCHMARKS.md
+    CGO_ENABLED=0 go run ./bench -out BENCHMARKS.md
     go test -run '^$' -bench . -benchmem ./store/...
 
 # gofmt, go vet, staticcheck.
