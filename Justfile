@@ -21,11 +21,12 @@ integration:
 chaos minutes="5":
     FENCERUN_CHAOS_MINUTES={{minutes}} go test -race -count=1 -run 'Chaos' -timeout 0 ./integration/...
 
-# Benchmarks: fencerun against flock(1) in one run; writes BENCHMARKS.md.
-bench:
+# Benchmarks: fencerun against flock(1) in one run (SPEC P1-P6), the store's Go
+# benchmarks included; rewrites BENCHMARKS.md. Flags pass through: just bench -bench-count 6
+bench *FLAGS:
     command -v flock >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)
-    CGO_ENABLED=0 go run ./bench -out BENCHMARKS.md
-    go test -run '^$' -bench . -benchmem ./store/...
+    command -v gcc >/dev/null || (apt-get update -qq && apt-get install -y -qq gcc libc6-dev)
+    CGO_ENABLED=0 go run ./bench -out BENCHMARKS.md {{FLAGS}}
 
 # gofmt, go vet, staticcheck.
 lint:

@@ -4,6 +4,12 @@
 //
 // This package is wiring only: one kong struct per command, each with a Run
 // method; the work is done by store/, fence/, supervisor/ and resident/.
+//
+// fencerun has no use for a GOMAXPROCS that follows cgroup limits: without
+// the setting below the runtime re-reads them every second, which is a
+// fair share of what holding a lease costs (P4).
+//
+//go:debug updatemaxprocs=0
 package main
 
 import (
