@@ -16,8 +16,8 @@ import (
 	"github.com/fencerun/fencerun/store"
 )
 
-// Acquire takes the lease on key (see store.Store). The record with the new
-// fence is durable before Acquire returns. A record whose holder is dead
+// Acquire takes the lease on key (see store.Store). The new fence is
+// durably reserved before Acquire returns (fences.go). A record whose holder is dead
 // (its live lock is free) is taken over at once, and the dead holder is the
 // new Lease's Predecessor; a record whose holder is alive is never taken,
 // even past its expiry.
@@ -205,9 +205,15 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 		unix.Close(live)
 		return nil, err
 	}
+	fence, err := nextFence(a.kd, rec)
+	if err != nil {
+		n.stop(false)
+		unix.Close(live)
+		return nil, err
+	}
 	now := a.s.now()
 	next := record{
-		Fence:   rec.Fence + 1,
+		Fence:   fence,
 		Version: rec.Version + 1,
 		Token:   token,
 		Holder: &holderRecord{
@@ -221,7 +227,8 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 			Expires:  now.Add(a.claim.TTL),
 		},
 	}
-	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{durable: true}); err != nil {
+	// The fence is durable in its reservation; the record need not be.
+	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{}); err != nil {
 		n.stop(false)
 		unix.Close(live)
 		return nil, err

@@ -2,6 +2,7 @@ package filestore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -171,6 +172,22 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	}
 	cleared = cleared || n > 0
 
+	if _, err := readReservation(kd); errors.Is(err, store.ErrCorrupt) {
+		if err := clearJunk(kd, fencesFile); err != nil && !errors.Is(err, errNoJunk) {
+			return false, err
+		}
+		// What it reserved is unknown: restart fences above any counter
+		// that ever ran here. No boot, so the next holder goes above it.
+		floor := reservation{Schema: schemaVersion, Reserved: uint64(s.now().UnixMicro())}
+		data, _ := json.Marshal(floor)
+		if _, err := writeAtomic(kd, fencesFile, append(data, '\n'), writeOpts{durable: true}); err != nil {
+			return false, err
+		}
+		s.log.Warn("cleared a corrupt fence reservation", "key", key, "cause", err, "fences_from", floor.Reserved+1)
+		cleared = true
+	} else if err != nil {
+		return false, err
+	}
 	rec, data, err := readRecord(kd)
 	if errors.Is(err, store.ErrCorrupt) {
 		if err := clearJunk(kd, leaseFile); err != nil && !errors.Is(err, errNoJunk) {

@@ -10,14 +10,15 @@
 //     at once (its description, with its Marker, becomes the new Lease's
 //     Predecessor), and a live one's is never taken, even past its expiry
 //     or while it is stopped.
-//   - Fences never repeat. The next fence is the record's plus one, and the
-//     record carrying it is written to a temporary file, fsynced, renamed
-//     and its directory fsynced before Acquire returns. A crash before the
-//     rename loses a fence nobody was given.
+//   - Fences never repeat or go back. The next fence is the record's plus
+//     one, handed out only once a durable reservation (fsync, rename,
+//     directory fsync) covers it; after a reboot the next fence is above the
+//     whole reservation, whatever unsynced writes the crash lost
+//     (fences.go). A crash before a rename loses a fence nobody was given.
 //   - Every change of a record happens under the key's guard lock (LOCK_EX)
 //     and replaces the file whole (temporary file, rename): readers see the
-//     old record or the new one, never a torn one. Only a new fence is
-//     fsynced; a crash may lose a renewal, tick or release, which after the
+//     old record or the new one, never a torn one. Only a fence reservation
+//     is fsynced; a crash may lose a renewal, tick or release, which after the
 //     reboot reads as a dead holder's record and is taken over at once. A
 //     holder's renewals and ticks are compare-and-swaps on the record's
 //     secret token and version.
