@@ -97,19 +97,6 @@ func fencerun(dir string, args ...string) *exec.Cmd {
 	return c
 }
 
-// result runs c to completion and returns its exit code and combined output.
-func result(t *testing.T, c *exec.Cmd) (int, string) {
-	t.Helper()
-	out, err := c.CombinedOutput()
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), string(out)
-		}
-		t.Fatalf("%v: %v", c.Args, err)
-	}
-	return 0, string(out)
-}
-
 // waitFor polls cond until it holds or the guard runs out. Polling is the
 // test's own business here: it watches the system from outside.
 func waitFor(cond func() bool) error {
