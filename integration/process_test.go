@@ -628,31 +628,39 @@ func TestSignalsForwarded(t *testing.T) {
 			if err := waitFor(func() bool { procs = recorded(s.path("rec"), "ready"); return len(procs) == 2 }); err != nil {
 				t.Fatalf("sigrec never ready: %q", procs)
 			}
-			for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, end} {
-				if err := w.Process.Signal(sig); err != nil {
-					t.Fatal(err)
-				}
-				if sig == end {
-					break
-				}
-				var got []string
-				if err := waitFor(func() bool { got = recorded(s.path("rec"), sigName(sig)); return len(got) == 2 }); err != nil {
-					t.Fatalf("%s reached %q, want both of %q", sigName(sig), got, procs)
-				}
-			}
-			if code := exitOf(t, w); code != 0 {
-				t.Errorf("exit %d, want 0 (sigrec exits 0 on %s)", code, sigName(end))
-			}
-			for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, end} {
-				if got := recorded(s.path("rec"), sigName(sig)); !slices.Equal(got, procs) {
-					t.Errorf("%s reached %q, want %q", sigName(sig), got, procs)
-				}
-			}
+			sendAndCheckSignals(t, s, w, procs, end)
 		})
 	}
 }
 
 // recorded are the pids, sorted, that wrote "<pid> what" to the sigrec file.
+// sendAndCheckSignals sends USR1, USR2, WINCH and then end to the wrapper
+// w, whose command is sigrec with its two processes procs: each signal
+// must reach both, and the wrapper exit 0 once sigrec exits on end.
+func sendAndCheckSignals(t *testing.T, s *sandbox, w *exec.Cmd, procs []string, end syscall.Signal) {
+	t.Helper()
+	for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, end} {
+		if err := w.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if sig == end {
+			break
+		}
+		var got []string
+		if err := waitFor(func() bool { got = recorded(s.path("rec"), sigName(sig)); return len(got) == 2 }); err != nil {
+			t.Fatalf("%s reached %q, want both of %q", sigName(sig), got, procs)
+		}
+	}
+	if code := exitOf(t, w); code != 0 {
+		t.Errorf("exit %d, want 0 (sigrec exits 0 on %s)", code, sigName(end))
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, end} {
+		if got := recorded(s.path("rec"), sigName(sig)); !slices.Equal(got, procs) {
+			t.Errorf("%s reached %q, want %q", sigName(sig), got, procs)
+		}
+	}
+}
+
 func recorded(path, what string) []string {
 	b, _ := os.ReadFile(path)
 	var pids []string

@@ -268,26 +268,7 @@ func TestResidentSignalsForwarded(t *testing.T) {
 				t.Fatalf("sigrec never ready: %q", procs)
 			}
 			s.waitRoleHeld("app.db", w.Process.Pid)
-			for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, end} {
-				if err := w.Process.Signal(sig); err != nil {
-					t.Fatal(err)
-				}
-				if sig == end {
-					break
-				}
-				var got []string
-				if err := waitFor(func() bool { got = recorded(s.path("rec"), sigName(sig)); return len(got) == 2 }); err != nil {
-					t.Fatalf("%s reached %q, want both of %q", sigName(sig), got, procs)
-				}
-			}
-			if code := exitOf(t, w); code != 0 {
-				t.Errorf("exit %d, want 0 (sigrec exits 0 on %s)", code, sigName(end))
-			}
-			for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, end} {
-				if got := recorded(s.path("rec"), sigName(sig)); !slices.Equal(got, procs) {
-					t.Errorf("%s reached %q, want %q", sigName(sig), got, procs)
-				}
-			}
+			sendAndCheckSignals(t, s, w, procs, end)
 			for _, p := range procs {
 				pid, _ := strconv.Atoi(p)
 				goneAtExit(t, "sigrec", pid)
