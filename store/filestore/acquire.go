@@ -227,8 +227,10 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 			Expires:  now.Add(a.claim.TTL),
 		},
 	}
-	// The fence is durable in its reservation; the record need not be.
-	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{}); err != nil {
+	// The fence is durable in its reservation; the record need not be,
+	// except the first of a key: a rename over an existing record is
+	// flushed by ext4 (auto_da_alloc), one onto a new name is not.
+	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{durable: rec.Version == 0}); err != nil {
 		n.stop(false)
 		unix.Close(live)
 		return nil, err
@@ -281,7 +283,11 @@ func (a *acquirer) enqueue() error {
 	data := entry.marshal()
 	for seq := a.last + 1; ; seq++ {
 		name := formatSeq(seq)
-		fd, err := writeAtomic(qd, name, data, writeOpts{locked: true, noReplace: true})
+		// Durable, though a waiter's entry is worth nothing after a crash:
+		// it is written under a name that did not exist, which no file
+		// system flushes on rename, and an empty entry left by a power cut
+		// would read as corrupt. It is written long before any handoff.
+		fd, err := writeAtomic(qd, name, data, writeOpts{locked: true, noReplace: true, durable: true})
 		if errors.Is(err, unix.EEXIST) && seq < a.last+100 {
 			continue // an entry we did not list; take the next number
 		}

@@ -2,7 +2,6 @@ package filestore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -56,6 +55,9 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 	rec, _, err := readRecord(kd)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := readReservation(kd); err != nil {
+		return nil, err // acquire would fail on it: say so here too
 	}
 	held, err := probeLock(kd, liveFile)
 	if err != nil {
@@ -172,28 +174,39 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	}
 	cleared = cleared || n > 0
 
-	if _, err := readReservation(kd); errors.Is(err, store.ErrCorrupt) {
-		if err := clearJunk(kd, fencesFile); err != nil && !errors.Is(err, errNoJunk) {
-			return false, err
-		}
-		// What it reserved is unknown: restart fences above any counter
-		// that ever ran here. No boot, so the next holder goes above it.
-		floor := reservation{Schema: schemaVersion, Reserved: uint64(s.now().UnixMicro())}
-		data, _ := json.Marshal(floor)
-		if _, err := writeAtomic(kd, fencesFile, append(data, '\n'), writeOpts{durable: true}); err != nil {
-			return false, err
-		}
-		s.log.Warn("cleared a corrupt fence reservation", "key", key, "cause", err, "fences_from", floor.Reserved+1)
-		cleared = true
-	} else if err != nil {
-		return false, err
+	// Before clearing anything that carries a fence, raise the reservation
+	// durably, with no boot, above every fence the key can have handed out:
+	// the next holder then goes above it whatever the record says, even if
+	// the repair below fails half-way.
+	res, resErr := readReservation(kd)
+	if resErr != nil && !errors.Is(resErr, store.ErrCorrupt) {
+		return false, resErr
 	}
 	rec, data, err := readRecord(kd)
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+		return false, err
+	}
+	if resErr != nil || err != nil {
+		resData, _ := readFile(kd, fencesFile)
+		floor := min(max(res.Reserved, salvage(resData, "reserved"), salvage(data, "fence"), uint64(s.now().UnixMicro())), maxFence-fenceBlock)
+		if resErr != nil {
+			if err := clearJunk(kd, fencesFile); err != nil && !errors.Is(err, errNoJunk) {
+				return false, err
+			}
+		}
+		if err := reserve(kd, reservation{Reserved: floor}); err != nil {
+			return false, err
+		}
+		if resErr != nil {
+			s.log.Warn("cleared a corrupt fence reservation", "key", key, "cause", resErr, "fences_from", floor+1)
+			cleared = true
+		}
+	}
 	if errors.Is(err, store.ErrCorrupt) {
 		if err := clearJunk(kd, leaseFile); err != nil && !errors.Is(err, errNoJunk) {
 			return false, err
 		}
-		fence := max(salvage(data, "fence"), uint64(s.now().UnixMicro()))
+		fence := min(max(salvage(data, "fence"), uint64(s.now().UnixMicro())), maxFence-fenceBlock)
 		fresh := record{Fence: fence, Version: salvage(data, "version") + 1, Revoked: true}
 		if _, err := writeAtomic(kd, leaseFile, fresh.marshal(), writeOpts{durable: true}); err != nil {
 			return false, err

@@ -97,3 +97,78 @@ func mustKeyDir(t *testing.T, s *Store, key string) dir {
 	t.Cleanup(kd.close)
 	return kd
 }
+
+// An acquirer that dies (or fails) between making a new boot's reservation
+// and writing its record must not let the stale record's fence count again.
+func TestFenceAfterARebootWhoseFirstAcquirerFailed(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 10 {
+		takeFence(t, s, "k")
+	}
+	// The crash lost the record's last writes: it says fence 3 while 10
+	// were handed out, and the reservation is the old boot's.
+	writeState(t, s, "k", leaseFile, `{"schema":1,"fence":3,"version":3,"holder":null}`)
+	writeState(t, s, "k", fencesFile, `{"schema":1,"reserved":64,"boot":"before-the-crash"}`)
+	// The first acquirer of the new boot reserves, then fails to write its
+	// record: simulated by making the reservation and restoring the record.
+	kd := mustKeyDir(t, s, "k")
+	rec, _, err := readRecord(kd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := nextFence(kd, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != 65 {
+		t.Fatalf("first fence of the new boot %d, want 65", first)
+	}
+	if got := takeFence(t, s, "k"); got < first {
+		t.Fatalf("fence %d after a failed first acquirer, want at least %d (never back to the stale record's)", got, first)
+	}
+}
+
+// release --force of a corrupt record raises the reservation before it
+// clears anything: a repair that fails half-way still cannot let fences go
+// back.
+func TestRepairRaisesTheReservationFirst(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var last uint64
+	for range 5 {
+		last = takeFence(t, s, "k")
+	}
+	writeState(t, s, "k", leaseFile, `garbage`)
+	if _, err := s.Revoke(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	// Even if the repaired record were lost, the reservation alone keeps
+	// fences above everything before.
+	if err := os.Remove(filepath.Join(s.Root(), "keys", EncodeKey("k"), leaseFile)); err != nil {
+		t.Fatal(err)
+	}
+	if got := takeFence(t, s, "k"); got <= last || got <= uint64(time.Now().Add(-time.Hour).UnixMicro()) {
+		t.Fatalf("fence %d after a repair, want above %d and above the clock floor", got, last)
+	}
+}
+
+func TestFenceBeyondTheLimitIsCorrupt(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	takeFence(t, s, "k")
+	path := writeState(t, s, "k", leaseFile, `{"schema":1,"fence":18446744073709551615,"version":1,"holder":null}`)
+	_, _, err = s.Acquire(context.Background(), "k", store.Claim{Name: "t", TTL: time.Minute})
+	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("a fence at the top of uint64: %v, want ErrCorrupt naming %s", err, path)
+	}
+}

@@ -213,11 +213,12 @@ type writeOpts struct {
 	// after the reboot its writer is dead, and a dead holder's or waiter's
 	// state is taken over at once whatever it says. Skipping their fsyncs
 	// is most of the CPU of holding a lease (P4) and of a release (P1, P2).
-	// Without the fsync a file system could, in principle, leave a replaced
-	// file empty after a power cut; ext4, XFS and btrfs flush a file's data
-	// before a rename over an existing name commits, and if one did not,
-	// the record would read as corrupt and fail closed (S6), with its fence
-	// restored above every earlier one by release --force.
+	// Without the fsync a file system may leave a replaced file empty after
+	// a power cut. ext4 (auto_da_alloc, the default) flushes a file's data
+	// when it is renamed over an existing name, so there the name holds the
+	// old record or the new one; elsewhere an empty record reads as corrupt
+	// and fails closed (S6) until release --force, which restores fences
+	// above every earlier one.
 	durable bool
 	// locked takes flock(LOCK_EX) on the file before it becomes visible and
 	// returns its descriptor still open and locked (queue entries).

@@ -67,6 +67,8 @@ func parseRecord(data []byte, path string) (record, error) {
 		return record{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, what)
 	}
 	switch {
+	case r.Fence > maxFence:
+		return bad(fmt.Sprintf("fence %d is beyond %d", r.Fence, uint64(maxFence)))
 	case r.Token != "" && !isHex(r.Token, tokenLen):
 		return bad("token is not 128 bits of hex")
 	case r.Token != "" && r.Holder == nil:
