@@ -13,7 +13,10 @@
 //
 // The keeper learns of a revocation, a take-over, a cancel or a handover
 // request through the lease's Changes channel, which backends deliver within
-// a second without polling; it checks the lease at once and ends.
+// a second without polling, and checks the lease at once. A revocation or
+// take-over ends it (Lost). A cancel or handover request is passed on
+// through Requests while the keeper goes on renewing: the command must be
+// stopped, and its lease kept and watched until it is gone.
 //
 // What it does not do: stop anything itself (the supervisor does), or
 // guarantee that a command which ignores its stop signal dies before StopBy
@@ -99,17 +102,18 @@ type Config struct {
 // Keeper keeps one lease. Create it with New right after the lease was
 // acquired; run it as an actor of the run group.
 type Keeper struct {
-	lease  store.Lease
-	ttl    time.Duration
-	grace  time.Duration
-	clock  Clock
-	log    hclog.Logger
-	start  time.Duration
-	ticks  chan time.Time
-	cancel chan struct{}
-	stop   sync.Once
-	ran    atomic.Bool
-	idle   chan struct{} // receives once no store operation is in flight after Run returned
+	lease    store.Lease
+	ttl      time.Duration
+	grace    time.Duration
+	clock    Clock
+	log      hclog.Logger
+	start    time.Duration
+	ticks    chan time.Time
+	requests chan Reason
+	cancel   chan struct{}
+	stop     sync.Once
+	ran      atomic.Bool
+	idle     chan struct{} // receives once no store operation is in flight after Run returned
 }
 
 // New validates the timing and returns a Keeper whose lease counts as
@@ -134,7 +138,7 @@ func New(c Config) (*Keeper, error) {
 		lease: c.Lease, ttl: c.TTL, grace: c.Grace, clock: c.Clock,
 		log:   c.Logger,
 		start: c.Clock.Now(),
-		ticks: make(chan time.Time, 1), cancel: make(chan struct{}),
+		ticks: make(chan time.Time, 1), requests: make(chan Reason, 1), cancel: make(chan struct{}),
 		idle: make(chan struct{}, 1),
 	}, nil
 }
@@ -147,6 +151,10 @@ func (k *Keeper) margin() time.Duration { return min(k.ttl/10, 500*time.Millisec
 // failing renewals: the caller's grace (bounded by a third of the TTL, so
 // that there is still room to retry) plus the margin.
 func (k *Keeper) reserve() time.Duration { return min(k.grace, k.ttl/3) + k.margin() }
+
+// Requests receives, once, Cancelled or Handover when someone asked the
+// holder to stop its command; the keeper goes on keeping the lease.
+func (k *Keeper) Requests() <-chan Reason { return k.requests }
 
 // Tick records a liveness tick from the command; the keeper writes it to
 // the lease's record. Ticks arriving faster than the keeper can write them
@@ -205,6 +213,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		checkWanted bool
 		checkAt     time.Duration // a failed check is retried from then on
 		tickWanted  *time.Time
+		asked       bool // a request was passed on
 	)
 	start := func(kind string, op func(ctx context.Context) (store.Request, error)) {
 		inflight = true
@@ -285,11 +294,10 @@ func (k *Keeper) Run(ctx context.Context) error {
 				nextRenew = r.sent + k.ttl/3
 				k.log.Trace("renewed", "fence", k.lease.Fence())
 			case "check":
-				switch r.req {
-				case store.RequestCancel:
-					return &EndError{Reason: Cancelled}
-				case store.RequestHandover:
-					return &EndError{Reason: Handover}
+				reason := map[store.Request]Reason{store.RequestCancel: Cancelled, store.RequestHandover: Handover}[r.req]
+				if reason != 0 && !asked {
+					asked = true
+					k.requests <- reason
 				}
 			}
 		}

@@ -229,21 +229,39 @@ func TestRenewalLostEndsAtOnce(t *testing.T) {
 }
 
 func TestChangesAreCheckedAtOnce(t *testing.T) {
+	r := startKeeper(t, 30*time.Second, 0)
+	r.l.check <- checkAnswer{err: store.ErrLost}
+	r.l.changes <- struct{}{}
+	// No clock movement: the change alone wakes the keeper.
+	if e := r.end(t); e.Reason != Lost {
+		t.Fatalf("reason %v, want lost", e.Reason)
+	}
+}
+
+func TestRequestsArePassedOnWhileTheLeaseIsKept(t *testing.T) {
 	for _, tc := range []struct {
-		answer checkAnswer
-		want   Reason
+		req  store.Request
+		want Reason
 	}{
-		{checkAnswer{req: store.RequestCancel}, Cancelled},
-		{checkAnswer{req: store.RequestHandover}, Handover},
-		{checkAnswer{err: store.ErrLost}, Lost},
+		{store.RequestCancel, Cancelled},
+		{store.RequestHandover, Handover},
 	} {
 		t.Run(tc.want.String(), func(t *testing.T) {
-			r := startKeeper(t, 30*time.Second, 0)
-			r.l.check <- tc.answer
+			r := startKeeper(t, 3*time.Second, 0)
+			r.l.check <- checkAnswer{req: tc.req}
 			r.l.changes <- struct{}{}
-			// No clock movement: the change alone wakes the keeper.
-			if e := r.end(t); e.Reason != tc.want {
-				t.Fatalf("reason %v, want %v", e.Reason, tc.want)
+			if got := recv(t, r.k.Requests(), "the request"); got != tc.want {
+				t.Fatalf("request %v, want %v", got, tc.want)
+			}
+			// The command is being stopped: the lease must still be renewed,
+			// and a revocation meanwhile still seen.
+			r.clk.Advance(time.Second)
+			recv(t, r.l.renews, "a renewal after the request")
+			r.l.renewErr <- nil
+			r.l.check <- checkAnswer{err: store.ErrLost}
+			r.l.changes <- struct{}{}
+			if e := r.end(t); e.Reason != Lost {
+				t.Fatalf("reason %v, want lost", e.Reason)
 			}
 		})
 	}

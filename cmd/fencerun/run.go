@@ -174,10 +174,17 @@ func (r *RunCmd) acquireUnlessSignalled(ctx context.Context, g *Globals, claim s
 	stop, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
-		select {
-		case s := <-sigs:
-			cancelWait(signalled{s.(syscall.Signal)})
-		case <-stop:
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGWINCH {
+					continue // a resized terminal is no reason to give up
+				}
+				cancelWait(signalled{s.(syscall.Signal)})
+				return
+			case <-stop:
+				return
+			}
 		}
 	}()
 	lease, env, err := r.acquire(acqCtx, g, claim, path)
@@ -257,17 +264,36 @@ func (r *RunCmd) notAcquired(ctx context.Context, err error, holder func() *stor
 // short (S3, S5).
 func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Lease, keeper *fence.Keeper,
 	ticks *fence.TickServer, env []string, marker string, stopSig syscall.Signal, sigs <-chan os.Signal) (int, error) {
+	// mu orders the command's start against every decision to stop it: a
+	// command is started only if nothing has asked to stop it yet, and one
+	// that has started is stopped by whoever asks.
 	var (
 		mu          sync.Mutex
 		proc        *supervisor.Process
 		interrupted bool
+		stopBy      time.Duration // set by a broken fence: the tree must be dead by then
 		status      supervisor.Status
 		keeperErr   error
 	)
-	current := func() *supervisor.Process {
+	clock := fence.BootClock{}
+	graceLocked := func() time.Duration {
+		if stopBy != 0 {
+			return max(0, min(r.Grace, stopBy-clock.Now()))
+		}
+		return r.Grace
+	}
+	// stop asks for the command to be stopped, now or as soon as it starts.
+	stop := func(by time.Duration) {
 		mu.Lock()
-		defer mu.Unlock()
-		return proc
+		interrupted = true
+		if by != 0 && (stopBy == 0 || by < stopBy) {
+			stopBy = by
+		}
+		p, grace := proc, graceLocked()
+		mu.Unlock()
+		if p != nil {
+			p.Stop(grace)
+		}
 	}
 	started := make(chan struct{})  // the command runs
 	treeGone := make(chan struct{}) // the command's tree is gone, or it never started
@@ -308,29 +334,28 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 			}
 			status = p.Wait()
 			return nil
-		}, func(error) {
-			mu.Lock()
-			interrupted = true
-			p := proc
-			mu.Unlock()
-			if p != nil {
-				p.Stop(r.Grace)
-			}
-		})
+		}, func(error) { stop(0) })
 	}
-	{ // the keeper: ends when the lease is lost, cancelled or handed over
-		clock := fence.BootClock{}
+	{ // the keeper: ends when the lease is lost; renews until the tree is gone
 		g.Add(func() error {
 			keeperErr = keeper.Run(ctx)
 			var end *fence.EndError
 			if errors.As(keeperErr, &end) && end.StopBy != 0 {
-				// The tree must be dead before the lease can expire (S3).
-				if p := current(); p != nil {
-					p.Stop(max(0, end.StopBy-clock.Now()))
-				}
+				stop(end.StopBy) // the tree must be dead before the lease can expire (S3)
 			}
 			return keeperErr
 		}, func(error) { go func() { <-treeGone; keeper.Interrupt() }() })
+	}
+	{ // requests to the holder: cancel, handover
+		done := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case reason := <-keeper.Requests():
+				return &fence.EndError{Reason: reason}
+			case <-done:
+				return nil
+			}
+		}, func(error) { close(done) })
 	}
 	{ // signals: forwarded to the command's group; the command decides
 		done := make(chan struct{})
@@ -338,10 +363,17 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 			for {
 				select {
 				case s := <-sigs:
-					p := current()
-					if p == nil {
+					mu.Lock()
+					p := proc
+					if p == nil && s != syscall.SIGWINCH {
 						// Before the command started: as a signal while waiting.
+						interrupted = true
+						mu.Unlock()
 						return signalled{s.(syscall.Signal)}
+					}
+					mu.Unlock()
+					if p == nil {
+						continue
 					}
 					log.Debug("forwarding signal", "signal", s)
 					_ = p.Signal(s.(syscall.Signal))
@@ -358,7 +390,9 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 	}
 	{ // ticks from the command: stamped by the keeper, fed to the watchdog
 		owns := func(pid int) bool {
-			p := current()
+			mu.Lock()
+			p := proc
+			mu.Unlock()
 			return p != nil && p.Owns(pid)
 		}
 		g.Add(func() error {
@@ -405,7 +439,9 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 	case errors.As(err, &end):
 		cause = causeOf[end.Reason]
 	case err != nil:
-		log.Error("run group", "error", err)
+		// A part of fencerun itself failed (a timer, the tick socket): the
+		// command was stopped for it, so its status is not the answer.
+		return 0, fail(supervisor.ExitFailed, "%v", err)
 	}
 	if errors.As(keeperErr, &end) && end.Reason == fence.Lost {
 		cause = supervisor.CauseLost // also when it broke while the command was being stopped
