@@ -38,12 +38,13 @@ func newTestLease() *testLease {
 	}
 }
 
-func (l *testLease) Key() string                   { return "k" }
-func (l *testLease) Fence() uint64                 { return 7 }
-func (l *testLease) Env() []string                 { return nil }
-func (l *testLease) Predecessor() *store.Holder    { return nil }
-func (l *testLease) Changes() <-chan struct{}      { return l.changes }
-func (l *testLease) Release(context.Context) error { l.released <- struct{}{}; return nil }
+func (l *testLease) Key() string                            { return "k" }
+func (l *testLease) Fence() uint64                          { return 7 }
+func (l *testLease) Env() []string                          { return nil }
+func (l *testLease) Predecessor() *store.Holder             { return nil }
+func (l *testLease) LeftoversStopped(context.Context) error { return nil }
+func (l *testLease) Changes() <-chan struct{}               { return l.changes }
+func (l *testLease) Release(context.Context) error          { l.released <- struct{}{}; return nil }
 func (l *testLease) Renew(ctx context.Context) (time.Time, error) {
 	l.renews <- struct{}{}
 	select {

@@ -48,6 +48,11 @@ func (r *Role) Env() []string { return nil }
 // left behind), with its Marker, else nil.
 func (r *Role) Predecessor() *store.Holder { return r.pred }
 
+// LeftoversStopped is a no-op for the role: a stale payload names one dead
+// holder, whose leftovers the next holder stops (see store.Lease; a holder
+// that dies while stopping them does not pass them on).
+func (r *Role) LeftoversStopped(context.Context) error { return nil }
+
 // Changes receives when a handover request arrived or the lock file was
 // unlinked, renamed or replaced; the receiver then calls Check.
 func (r *Role) Changes() <-chan struct{} { return r.changes }

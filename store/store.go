@@ -113,8 +113,16 @@ type Lease interface {
 	Env() []string
 	// Predecessor is the previous holder of the key when it died holding the
 	// lease (its leftovers may still run and must be stopped before this
-	// lease's command starts), else nil.
+	// lease's command starts), else nil. Its Leftovers name every tree to
+	// stop: the predecessor's, and those of earlier holders whose leftovers
+	// no holder has yet confirmed gone.
 	Predecessor() *Holder
+	// LeftoversStopped records that the predecessor's leftovers are gone,
+	// so that no later holder looks for them. Until it is called, they are
+	// kept with the lease (also through Release), and a holder that dies
+	// while stopping them passes them on to the next. Safe to call beside
+	// the keeper's calls.
+	LeftoversStopped(ctx context.Context) error
 
 	// Renew extends the lease by its TTL from now, presenting the version
 	// returned by the previous renewal (compare-and-swap). It returns the
@@ -175,6 +183,10 @@ type Holder struct {
 	// Marker identifies the holder's command tree; see Claim.Marker. Not
 	// shown by status.
 	Marker string `json:"-"`
+	// Leftovers, on a Predecessor, are the markers of every tree that may
+	// still run: its own and those of earlier dead holders not yet
+	// confirmed gone. Empty means just Marker.
+	Leftovers []string `json:"-"`
 }
 
 // Build identifies an executable (resident role, R4).

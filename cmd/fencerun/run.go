@@ -193,11 +193,10 @@ func (r *RunCmd) acquireUnlessSignalled(ctx context.Context, g *Globals, claim s
 	var sig signalled
 	if errors.As(context.Cause(waitCtx), &sig) {
 		if lease != nil {
-			// Releasing forgets a dead predecessor: stop its leftovers first.
-			if p := lease.Predecessor(); p != nil && p.Marker != "" {
-				stopSig, _ := parseSignal(r.KillSignal)
-				_ = stopLeftovers(ctx, p, stopSig, r.Grace, g.log)
-			}
+			// Stop a dead predecessor's leftovers as the command would have;
+			// any not confirmed gone stay with the key for the next holder.
+			stopSig, _ := parseSignal(r.KillSignal)
+			_ = stopLeftovers(ctx, lease, stopSig, r.Grace, g.log)
 			_ = lease.Release(ctx)
 		}
 		return nil, nil, sig
@@ -302,10 +301,8 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 	{ // the command: ends when it exited and its tree is gone
 		g.Add(func() error {
 			defer close(treeGone)
-			if p := lease.Predecessor(); p != nil && p.Marker != "" {
-				if err := stopLeftovers(ctx, p, stopSig, r.Grace, log); err != nil {
-					return err
-				}
+			if err := stopLeftovers(ctx, lease, stopSig, r.Grace, log); err != nil {
+				return err
 			}
 			mu.Lock()
 			if interrupted {
@@ -456,14 +453,31 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 	return supervisor.ExitCode(cause, status), nil
 }
 
-// stopLeftovers stops what a dead predecessor left running (S2), so that
-// nothing of its tree runs beside this holder's command. It runs to the
-// end, whatever else happens meanwhile: its processes are not ours to
-// abandon.
-func stopLeftovers(ctx context.Context, p *store.Holder, sig syscall.Signal, grace time.Duration, log hclog.Logger) error {
-	log.Info("the previous holder died holding the lease; stopping its leftovers", "pid", p.PID)
-	if err := supervisor.StopLeftovers(ctx, p.Marker, sig, grace, log.Named("supervisor")); err != nil {
-		return fail(supervisor.ExitFailed, "stopping the leftovers of dead holder pid %d: %v", p.PID, err)
+// stopLeftovers stops what dead predecessors left running (S2), so that
+// nothing of their trees runs beside this holder's command, and then tells
+// the store they are gone. It runs to the end, whatever else happens
+// meanwhile: those processes are not ours to abandon. Until it succeeds the
+// store keeps them for the next holder.
+func stopLeftovers(ctx context.Context, lease store.Lease, sig syscall.Signal, grace time.Duration, log hclog.Logger) error {
+	p := lease.Predecessor()
+	if p == nil {
+		return nil
+	}
+	markers := p.Leftovers
+	if len(markers) == 0 && p.Marker != "" {
+		markers = []string{p.Marker}
+	}
+	if len(markers) == 0 {
+		return nil
+	}
+	log.Info("the previous holder died holding the lease; stopping its leftovers", "pid", p.PID, "trees", len(markers))
+	for _, m := range markers {
+		if err := supervisor.StopLeftovers(ctx, m, sig, grace, log.Named("supervisor")); err != nil {
+			return fail(supervisor.ExitFailed, "stopping the leftovers of dead holder pid %d: %v", p.PID, err)
+		}
+	}
+	if err := lease.LeftoversStopped(ctx); err != nil {
+		log.Warn("could not record that the leftovers are gone; the next holder will look again", "error", err)
 	}
 	return nil
 }

@@ -211,11 +211,24 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 		unix.Close(live)
 		return nil, err
 	}
+	// Every tree that may still run: what earlier holders left unconfirmed,
+	// and the dead holder's (or the pruned one's) own.
+	pred := rec.Predecessor
+	if rec.Holder != nil {
+		pred = rec.Holder // live was free: its holder died holding the lease
+	}
+	leftovers := slices.Clone(rec.Leftovers)
+	for _, h := range []*holderRecord{rec.Predecessor, rec.Holder} {
+		if h != nil && h.Marker != "" && !slices.Contains(leftovers, h.Marker) {
+			leftovers = append(leftovers, h.Marker)
+		}
+	}
 	now := a.s.now()
 	next := record{
-		Fence:   fence,
-		Version: rec.Version + 1,
-		Token:   token,
+		Leftovers: leftovers,
+		Fence:     fence,
+		Version:   rec.Version + 1,
+		Token:     token,
 		Holder: &holderRecord{
 			Name:     a.claim.Name,
 			PID:      a.claim.PID,
@@ -239,10 +252,6 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 	if err := unix.Unlinkat(a.kd.fd, cancelFile, 0); err != nil && err != unix.ENOENT {
 		a.s.log.Warn("cannot remove an old cancel request", "path", a.kd.join(cancelFile), "error", err)
 	}
-	pred := rec.Predecessor
-	if rec.Holder != nil {
-		pred = rec.Holder // live was free: its holder died holding the lease
-	}
 	l := &Lease{
 		s:       a.s,
 		key:     a.key,
@@ -252,7 +261,7 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 		token:   token,
 		ttl:     a.claim.TTL,
 		version: next.Version,
-		pred:    pred.holder(rec.Fence),
+		pred:    predecessor(pred, rec.Fence, leftovers),
 		changes: make(chan struct{}, 1),
 	}
 	l.notify = n
@@ -439,4 +448,21 @@ func readEntry(qd dir, name string) (queued, bool, error) {
 
 func sortQueue(q []queued) {
 	slices.SortFunc(q, func(a, b queued) int { return cmp.Compare(a.seq, b.seq) })
+}
+
+// predecessor describes what a new holder must stop before its command
+// starts: the dead holder, with every marker still to stop.
+func predecessor(h *holderRecord, fence uint64, leftovers []string) *store.Holder {
+	if len(leftovers) == 0 {
+		return nil
+	}
+	p := h.holder(fence)
+	if p == nil {
+		p = &store.Holder{Fence: fence}
+	}
+	if p.Marker == "" {
+		p.Marker = leftovers[len(leftovers)-1]
+	}
+	p.Leftovers = leftovers
+	return p
 }

@@ -433,7 +433,7 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 	if err != nil || held {
 		return out, err
 	}
-	free := record{Fence: rec.Fence, Version: rec.Version + 1, Predecessor: rec.Holder}
+	free := record{Fence: rec.Fence, Version: rec.Version + 1, Predecessor: rec.Holder, Leftovers: rec.Leftovers}
 	if _, err := writeAtomic(kd, leaseFile, free.marshal(), writeOpts{}); err != nil {
 		return out, err
 	}

@@ -172,3 +172,49 @@ func TestFenceBeyondTheLimitIsCorrupt(t *testing.T) {
 		t.Fatalf("a fence at the top of uint64: %v, want ErrCorrupt naming %s", err, path)
 	}
 }
+
+func TestLeftoversArePassedOnUntilConfirmed(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	takeFence(t, s, "k")
+	// A dead holder (nobody holds live) that was itself still stopping an
+	// earlier holder's leftovers.
+	writeState(t, s, "k", leaseFile, `{"schema":1,"fence":1,"version":2,"token":"00112233445566778899aabbccddeeff",`+
+		`"holder":{"name":"b","pid":999999,"host":"h","marker":"M-b","acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:30Z"},`+
+		`"leftovers":["M-a"]}`)
+	acquire := func() store.Lease {
+		t.Helper()
+		l, h, err := s.Acquire(context.Background(), "k", store.Claim{Name: "t", TTL: time.Minute})
+		if err != nil || l == nil {
+			t.Fatalf("acquire: %v (holder %v)", err, h)
+		}
+		return l
+	}
+	l := acquire()
+	p := l.Predecessor()
+	if p == nil || strings.Join(p.Leftovers, ",") != "M-a,M-b" {
+		t.Fatalf("predecessor %+v, want leftovers M-a and M-b", p)
+	}
+	// Released without confirming: the next holder must still stop them.
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l = acquire()
+	if p := l.Predecessor(); p == nil || strings.Join(p.Leftovers, ",") != "M-a,M-b" {
+		t.Fatalf("after an unconfirmed release: predecessor %+v, want leftovers M-a and M-b", p)
+	}
+	if err := l.LeftoversStopped(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l = acquire()
+	defer l.Release(context.Background())
+	if p := l.Predecessor(); p != nil {
+		t.Fatalf("after the leftovers were confirmed gone: predecessor %+v, want none", p)
+	}
+}

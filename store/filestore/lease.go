@@ -50,6 +50,11 @@ func copyHolder(h *store.Holder) *store.Holder {
 	return &c
 }
 
+// LeftoversStopped forgets the predecessors' leftovers (see store.Lease).
+func (l *Lease) LeftoversStopped(ctx context.Context) error {
+	return l.update(ctx, func(r *record) { r.Leftovers = nil })
+}
+
 // Renew extends the lease by its TTL from now (see store.Lease).
 func (l *Lease) Renew(ctx context.Context) (time.Time, error) {
 	var expires time.Time
@@ -177,7 +182,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	case err != nil:
 		l.s.log.Warn("releasing a lease whose record cannot be read", "key", l.key, "error", err)
 	case rec.Token == l.token, rec.Revoked && rec.Holder != nil && rec.Fence == l.fence:
-		free := record{Fence: rec.Fence, Version: rec.Version + 1}
+		// Leftovers not confirmed stopped stay for the next holder.
+		free := record{Fence: rec.Fence, Version: rec.Version + 1, Leftovers: rec.Leftovers}
 		_, werr = writeAtomic(l.kd, leaseFile, free.marshal(), writeOpts{})
 		if err := unix.Unlinkat(l.kd.fd, cancelFile, 0); err != nil && err != unix.ENOENT {
 			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.join(cancelFile), "error", err)

@@ -31,6 +31,10 @@ type record struct {
 	Token       string        `json:"token,omitempty"`
 	Holder      *holderRecord `json:"holder"`
 	Predecessor *holderRecord `json:"predecessor,omitempty"`
+	// Leftovers are the markers of dead holders' trees that may still run:
+	// kept until a holder confirms them stopped (Lease.LeftoversStopped),
+	// so that a holder dying while it stops them passes them on.
+	Leftovers []string `json:"leftovers,omitempty"`
 }
 
 type holderRecord struct {
