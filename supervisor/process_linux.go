@@ -126,7 +126,13 @@ func Start(cfg Config) (*Process, error) {
 	if err := <-started; err != nil {
 		p.closeTerminal()
 		unix.Close(p.wake)
-		return nil, &ExecError{Path: path, Err: err, code: ExitCannotExec}
+		code := ExitCannotExec
+		switch err {
+		case syscall.EAGAIN, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE:
+			// fencerun could not fork: its failure, not the command's (125).
+			code = ExitFailed
+		}
+		return nil, &ExecError{Path: path, Err: err, code: code}
 	}
 	p.log.Debug("started", "pid", p.pid, "path", path, "foreground", p.tty >= 0)
 	return p, nil

@@ -36,7 +36,7 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 		return fail(supervisor.ExitFailed, "%v", err)
 	}
 	if had {
-		fmt.Printf("released %s: the holder's fence is broken and its command is being stopped\n", c.Key)
+		fmt.Printf("released %s: a holder's fence is broken and its command is being stopped (it exits 76); corrupt state, if any, is cleared\n", c.Key)
 	} else {
 		fmt.Printf("%s was free: nothing to release\n", c.Key)
 	}

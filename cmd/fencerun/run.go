@@ -399,7 +399,7 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 					watchdog.Tick()
 				}
 			})
-		}, func(error) { ticks.Close() })
+		}, func(error) { go func() { <-treeGone; ticks.Close() }() }) // a command that is stopping may still tick
 	}
 	if r.Timeout > 0 { // --timeout counts from the command's start
 		done := make(chan struct{})
