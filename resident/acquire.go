@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -330,12 +331,18 @@ func (a *attempt) take() (*Role, error) {
 	}
 	var pred *store.Holder
 	var staleFence uint64
+	var leftovers []string
 	stale, empty, err := decodePayload(data, a.p.lock)
 	switch {
 	case err != nil:
 		a.log.Warn("ignoring the unreadable payload of a holder that is gone", "error", err)
 	case !empty:
 		pred, staleFence = stale.holder(), stale.Fence
+		leftovers = slices.Clone(stale.Leftovers)
+		if stale.Marker != "" && !slices.Contains(leftovers, stale.Marker) {
+			leftovers = append(leftovers, stale.Marker)
+		}
+		pred.Leftovers = leftovers
 		a.log.Info("the previous holder died holding the role", "pid", stale.PID, "host", stale.Host, "fence", stale.Fence)
 	}
 	fence, err := nextFence(a.p.fence, staleFence)
@@ -356,7 +363,7 @@ func (a *attempt) take() (*Role, error) {
 		p: payload{
 			Schema: schema, PID: a.c.PID, Host: a.c.Host, Surface: a.c.Name, Reason: a.c.Reason,
 			AcquiredAt: a.c.Now(), Store: a.p.store, StuckAfter: duration(a.c.StuckAfter),
-			Build: a.c.Build, Fence: fence, Marker: a.c.Marker,
+			Build: a.c.Build, Fence: fence, Marker: a.c.Marker, Leftovers: leftovers,
 		},
 	}
 	if err := r.file.write(r.p); err != nil {

@@ -30,7 +30,10 @@
 //   - The payload is never trusted alone (R2): a probe takes a non-blocking
 //     lock first, and a payload on an unlocked file is stale and ignored. A
 //     non-empty stale payload is a holder that died without releasing: its
-//     marker becomes the next holder's Predecessor.
+//     marker, and the leftovers it had not yet confirmed stopped, become
+//     the next holder's Predecessor. A holder that releases before it has
+//     stopped its own predecessor's leftovers leaves its payload behind for
+//     the same reason.
 //   - A reader never sees a half-written payload. The payload lives in the
 //     lock file, so it cannot be replaced by rename (that would swap the
 //     locked inode); instead the holder rewrites it in place under an OFD

@@ -29,7 +29,10 @@ type payload struct {
 	Build      store.Build `json:"build"`
 	Fence      uint64      `json:"fence"`
 	Marker     string      `json:"marker,omitempty"` // not shown by status
-	CommandPID int         `json:"command_pid,omitempty"`
+	// Leftovers are the markers of dead holders' trees that may still run,
+	// kept until this holder has stopped them (Role.LeftoversStopped).
+	Leftovers  []string `json:"leftovers,omitempty"`
+	CommandPID int      `json:"command_pid,omitempty"`
 	// HandingOver: the holder accepted a handover request and is stopping.
 	HandingOver bool `json:"handing_over,omitempty"`
 	// HandoverRefused: the holder's answer to the last request it refused,

@@ -48,10 +48,18 @@ func (r *Role) Env() []string { return nil }
 // left behind), with its Marker, else nil.
 func (r *Role) Predecessor() *store.Holder { return r.pred }
 
-// LeftoversStopped is a no-op for the role: a stale payload names one dead
-// holder, whose leftovers the next holder stops (see store.Lease; a holder
-// that dies while stopping them does not pass them on).
-func (r *Role) LeftoversStopped(context.Context) error { return nil }
+// LeftoversStopped forgets the dead holders' leftovers (see store.Lease).
+// Until then they stay in the payload, so that a holder that dies, or
+// releases, before stopping them passes them on.
+func (r *Role) LeftoversStopped(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released || len(r.p.Leftovers) == 0 {
+		return nil
+	}
+	r.p.Leftovers = nil
+	return r.file.write(r.p)
+}
 
 // Changes receives when a handover request arrived or the lock file was
 // unlinked, renamed or replaced; the receiver then calls Check.
@@ -147,7 +155,9 @@ func (r *Role) Release(ctx context.Context) error {
 	}
 	r.released = true
 	var err error
-	if same, _ := sameFile(r.file.fd, r.paths.lock); same {
+	// Leftovers not confirmed stopped stay: the payload is left as a dead
+	// holder's, and the next holder stops its trees.
+	if same, _ := sameFile(r.file.fd, r.paths.lock); same && len(r.p.Leftovers) == 0 {
 		if err = r.file.clear(); err != nil {
 			err = fmt.Errorf("resident: release: %w", err)
 		}
