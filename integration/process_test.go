@@ -353,14 +353,7 @@ func TestWrapperKilled(t *testing.T) {
 		reportLive+` > seen.tmp; mv seen.tmp seen`))
 	s.waitQueue("job", "waiter")
 
-	killed := time.Now()
-	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("direct child (sh, pid %d) gone %v after SIGKILL of the wrapper (spec: within 1s)", pids[0], waitGoneTimed(t, killed, pids[0]))
-	if code := exitOf(t, holder); code != 128+int(syscall.SIGKILL) {
-		t.Errorf("holder: exit %d, want %d", code, 128+int(syscall.SIGKILL))
-	}
+	killed := killWrapper(t, holder, pids[0])
 
 	// exitOf's guard (30s) is shorter than the TTL (60s): the waiter
 	// cannot pass by waiting out the lease.
@@ -782,4 +775,20 @@ func TestStuck(t *testing.T) {
 			t.Errorf("exit %d, want 0", code)
 		}
 	})
+}
+
+// killWrapper SIGKILLs a holder's wrapper and checks that its direct child
+// (the command's shell, childPid) dies with it (Pdeathsig, S2) and that the
+// wrapper died of the signal. It returns when the kill was sent.
+func killWrapper(t *testing.T, holder *exec.Cmd, childPid int) time.Time {
+	t.Helper()
+	killed := time.Now()
+	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("direct child (sh, pid %d) gone %v after SIGKILL of the wrapper (spec: within 1s)", childPid, waitGoneTimed(t, killed, childPid))
+	if code := exitOf(t, holder); code != 128+int(syscall.SIGKILL) {
+		t.Errorf("holder: exit %d, want %d", code, 128+int(syscall.SIGKILL))
+	}
+	return killed
 }

@@ -164,14 +164,7 @@ func TestResidentWrapperKilled(t *testing.T) {
 		`echo $FENCERUN_FENCE > standby.fence; `+reportLive+` > seen.tmp; mv seen.tmp seen`))
 	s.waitLog("standby", "waiting as a standby")
 
-	killed := time.Now()
-	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("direct child (sh, pid %d) gone %v after SIGKILL of the wrapper (spec: within 1s)", pids[0], waitGoneTimed(t, killed, pids[0]))
-	if code := exitOf(t, holder); code != 128+int(syscall.SIGKILL) {
-		t.Errorf("holder: exit %d, want %d", code, 128+int(syscall.SIGKILL))
-	}
+	killed := killWrapper(t, holder, pids[0])
 	if code := exitOf(t, standby); code != 0 {
 		t.Fatalf("standby exited %d, want 0", code)
 	}

@@ -131,7 +131,7 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		Marker: "FENCERUN_TICK=" + ticks.Addr(),
 	}
 
-	lease, env, err := r.acquireUnlessSignalled(ctx, g, claim, path, sigs)
+	lease, env, err := r.acquireUnlessSignalled(ctx, g, claim, path, stopSig, sigs)
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 // acquireUnlessSignalled acquires the lease; a signal that arrives before
 // it is held, or while it is being taken, ends the wait (S7): the lease is
 // given back and fencerun exits 128+N without starting the command.
-func (r *RunCmd) acquireUnlessSignalled(ctx context.Context, g *Globals, claim store.Claim, path string, sigs <-chan os.Signal) (store.Lease, []string, error) {
+func (r *RunCmd) acquireUnlessSignalled(ctx context.Context, g *Globals, claim store.Claim, path string, stopSig syscall.Signal, sigs <-chan os.Signal) (store.Lease, []string, error) {
 	waitCtx, cancelWait := context.WithCancelCause(ctx)
 	defer cancelWait(nil)
 	acqCtx := waitCtx
@@ -195,7 +195,6 @@ func (r *RunCmd) acquireUnlessSignalled(ctx context.Context, g *Globals, claim s
 		if lease != nil {
 			// Stop a dead predecessor's leftovers as the command would have;
 			// any not confirmed gone stay with the key for the next holder.
-			stopSig, _ := parseSignal(r.KillSignal)
 			_ = stopLeftovers(ctx, lease, stopSig, r.Grace, g.log)
 			_ = lease.Release(ctx)
 		}
