@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
 )
 
 // BootClock is CLOCK_BOOTTIME, with timers on timerfd(2) so that the kernel
@@ -14,15 +16,7 @@ import (
 type BootClock struct{}
 
 // Now reads CLOCK_BOOTTIME.
-func (BootClock) Now() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		// CLOCK_BOOTTIME exists on every kernel Go supports; failing here
-		// means the process cannot keep time at all.
-		panic(fmt.Sprintf("fence: clock_gettime(CLOCK_BOOTTIME): %v", err))
-	}
-	return time.Duration(ts.Nano())
-}
+func (BootClock) Now() time.Duration { return store.BootTime() }
 
 // NewTimer creates a timerfd on CLOCK_BOOTTIME.
 func (BootClock) NewTimer() (Timer, error) {

@@ -1,10 +1,12 @@
 // Package fence keeps a held lease alive and says, with a typed reason, when
 // the command running under it must stop.
 //
-// A Keeper renews its store.Lease every TTL/3, each renewal presenting the
-// version of the previous one (the store's compare-and-swap). The lease is
-// counted as valid until TTL after the moment the last successful renewal
-// was *sent*, on CLOCK_BOOTTIME, so neither a slow store nor a suspended
+// A Keeper renews its store.Lease every TTL/3, each renewal conditional on
+// the lease still being this holder's (the store's version). The lease is
+// counted as valid until the end of the store.Term the acquisition or the
+// last successful renewal reported: the TTL granted, counted from the
+// moment just before that write or request was *sent*, on CLOCK_BOOTTIME,
+// so neither a slow store (a first write that took long) nor a suspended
 // laptop can make the keeper believe in a lease that may already have
 // expired. When renewals keep failing the keeper gives up early enough that
 // the caller can stop the command's whole tree before that moment: the
@@ -99,15 +101,16 @@ type Config struct {
 	Logger hclog.Logger
 }
 
-// Keeper keeps one lease. Create it with New right after the lease was
-// acquired; run it as an actor of the run group.
+// Keeper keeps one lease. Create it with New after the lease was acquired
+// (its clock starts from the lease's Term, not from New); run it as an
+// actor of the run group.
 type Keeper struct {
 	lease    store.Lease
 	ttl      time.Duration
 	grace    time.Duration
 	clock    Clock
 	log      hclog.Logger
-	start    time.Duration
+	term     store.Term
 	ticks    chan time.Time
 	requests chan Reason
 	cancel   chan struct{}
@@ -117,7 +120,8 @@ type Keeper struct {
 }
 
 // New validates the timing and returns a Keeper whose lease counts as
-// renewed now. Call it as soon as the lease is acquired.
+// valid until the end of its acquisition's Term. c.Clock must be the clock
+// the lease was claimed on (store.Claim.Clock).
 func New(c Config) (*Keeper, error) {
 	if c.Lease == nil {
 		return nil, errors.New("fence: no lease")
@@ -137,7 +141,7 @@ func New(c Config) (*Keeper, error) {
 	return &Keeper{
 		lease: c.Lease, ttl: c.TTL, grace: c.Grace, clock: c.Clock,
 		log:   c.Logger,
-		start: c.Clock.Now(),
+		term:  c.Lease.Term(),
 		ticks: make(chan time.Time, 1), requests: make(chan Reason, 1), cancel: make(chan struct{}),
 		idle: make(chan struct{}, 1),
 	}, nil
@@ -177,6 +181,7 @@ func (k *Keeper) Tick(t time.Time) {
 type opResult struct {
 	kind string // "renew", "check", "tick"
 	sent time.Duration
+	term store.Term // of a renewal
 	req  store.Request
 	err  error
 }
@@ -206,8 +211,8 @@ func (k *Keeper) Run(ctx context.Context) error {
 	}
 	defer timer.Close()
 
-	expiry := k.start + k.ttl
-	nextRenew := k.start + k.ttl/3
+	expiry := k.term.End()
+	nextRenew := k.term.Start + k.term.TTL/3
 	retry := min(k.ttl/10, time.Second)
 	var (
 		checkWanted bool
@@ -215,12 +220,12 @@ func (k *Keeper) Run(ctx context.Context) error {
 		tickWanted  *time.Time
 		asked       bool // a request was passed on
 	)
-	start := func(kind string, op func(ctx context.Context) (store.Request, error)) {
+	start := func(kind string, op func(ctx context.Context) (store.Term, store.Request, error)) {
 		inflight = true
 		sent := k.clock.Now()
 		go func() {
-			req, err := op(ctx)
-			results <- opResult{kind: kind, sent: sent, req: req, err: err}
+			term, req, err := op(ctx)
+			results <- opResult{kind: kind, sent: sent, term: term, req: req, err: err}
 		}()
 	}
 	lost := func(err error) error {
@@ -236,17 +241,20 @@ func (k *Keeper) Run(ctx context.Context) error {
 			switch {
 			case checkWanted && now >= checkAt:
 				checkWanted = false
-				start("check", k.lease.Check)
+				start("check", func(ctx context.Context) (store.Term, store.Request, error) {
+					req, err := k.lease.Check(ctx)
+					return store.Term{}, req, err
+				})
 			case now >= nextRenew:
-				start("renew", func(ctx context.Context) (store.Request, error) {
-					_, err := k.lease.Renew(ctx)
-					return store.RequestNone, err
+				start("renew", func(ctx context.Context) (store.Term, store.Request, error) {
+					term, err := k.lease.Renew(ctx)
+					return term, store.RequestNone, err
 				})
 			case tickWanted != nil:
 				t := *tickWanted
 				tickWanted = nil
-				start("tick", func(ctx context.Context) (store.Request, error) {
-					return store.RequestNone, k.lease.Tick(ctx, t)
+				start("tick", func(ctx context.Context) (store.Term, store.Request, error) {
+					return store.Term{}, store.RequestNone, k.lease.Tick(ctx, t)
 				})
 			}
 		}
@@ -289,9 +297,11 @@ func (k *Keeper) Run(ctx context.Context) error {
 			}
 			switch r.kind {
 			case "renew":
-				// Valid until TTL after the renewal was sent, not answered.
-				expiry = r.sent + k.ttl
-				nextRenew = r.sent + k.ttl/3
+				// Valid for the granted TTL from when the renewal was
+				// sent, not answered.
+				term := renewed(r, k.clock.Now())
+				expiry = term.End()
+				nextRenew = term.Start + term.TTL/3
 				k.log.Trace("renewed", "fence", k.lease.Fence())
 			case "check":
 				reason := map[store.Request]Reason{store.RequestCancel: Cancelled, store.RequestHandover: Handover}[r.req]
@@ -302,6 +312,18 @@ func (k *Keeper) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// renewed is the term a successful renewal set. A Start the backend read
+// outside the call (before it was sent, or in the future) cannot be right,
+// and is replaced by the send time; a missing TTL means the lease is
+// known valid no longer than at once.
+func renewed(r opResult, now time.Duration) store.Term {
+	t := r.term
+	if t.Start < r.sent || t.Start > now {
+		t.Start = r.sent
+	}
+	return t
 }
 
 // Interrupt makes Run return nil. It is safe to call more than once, and

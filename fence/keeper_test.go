@@ -23,6 +23,9 @@ type testLease struct {
 	checks   atomic.Int64 // Check calls
 	ticks    chan time.Time
 	released chan struct{}
+	term     store.Term // of the acquisition
+	granted  time.Duration
+	pids     chan int
 }
 
 type checkAnswer struct {
@@ -35,6 +38,7 @@ func newTestLease() *testLease {
 		renews: make(chan struct{}, 16), renewErr: make(chan error),
 		changes: make(chan struct{}, 1), check: make(chan checkAnswer, 1),
 		ticks: make(chan time.Time, 16), released: make(chan struct{}, 1),
+		pids: make(chan int, 1),
 	}
 }
 
@@ -45,13 +49,21 @@ func (l *testLease) Predecessor() *store.Holder             { return nil }
 func (l *testLease) LeftoversStopped(context.Context) error { return nil }
 func (l *testLease) Changes() <-chan struct{}               { return l.changes }
 func (l *testLease) Release(context.Context) error          { l.released <- struct{}{}; return nil }
-func (l *testLease) Renew(ctx context.Context) (time.Time, error) {
+func (l *testLease) Term() store.Term                       { return l.term }
+func (l *testLease) SetCommandPID(_ context.Context, pid int) error {
+	l.pids <- pid
+	return nil
+}
+
+// Renew returns a Term without a Start (the keeper counts from the send
+// time) and the TTL the test granted.
+func (l *testLease) Renew(ctx context.Context) (store.Term, error) {
 	l.renews <- struct{}{}
 	select {
 	case err := <-l.renewErr:
-		return time.Time{}, err
+		return store.Term{TTL: l.granted}, err
 	case <-ctx.Done():
-		return time.Time{}, ctx.Err()
+		return store.Term{}, ctx.Err()
 	}
 }
 func (l *testLease) Check(context.Context) (store.Request, error) {
@@ -92,6 +104,12 @@ func startKeeper(t *testing.T, ttl, grace time.Duration) *run {
 func startKeeperOn(t *testing.T, l *testLease, ttl, grace time.Duration) *run {
 	t.Helper()
 	clk := NewFakeClock(time.Hour)
+	if l.term == (store.Term{}) {
+		l.term = store.Term{Start: clk.Now(), TTL: ttl}
+	}
+	if l.granted == 0 {
+		l.granted = ttl
+	}
 	k, err := New(Config{Lease: l, TTL: ttl, Grace: grace, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
@@ -358,5 +376,49 @@ func TestBootTimerFires(t *testing.T) {
 	recv(t, tm.C(), "a timer set 20ms ahead")
 	if c.Now() <= 0 {
 		t.Error("CLOCK_BOOTTIME reads zero")
+	}
+}
+
+// The keeper's clock starts from the lease's Term, not from New: a first
+// write that took 300ms (a slow fsync) must not give the command 300ms
+// past the expiry the record shows. Before the Term, StopBy was counted
+// from New and came 300ms late.
+func TestSlowFirstWriteCountsFromBeforeTheWrite(t *testing.T) {
+	const ttl = 3 * time.Second
+	l := newTestLease()
+	acquired := time.Hour - 300*time.Millisecond // the write began 300ms before New
+	l.term = store.Term{Start: acquired, TTL: ttl}
+	r := startKeeperOn(t, l, ttl, 0)
+	// The first renewal is due a third of the TTL after the write began.
+	r.clk.WaitArmed(acquired + ttl/3)
+	r.clk.Advance(ttl/3 - 300*time.Millisecond)
+	recv(t, r.l.renews, "first renewal, one TTL/3 after the acquisition's write began")
+	r.l.renewErr <- errors.New("store unreachable")
+	r.clk.Advance(ttl) // every retry fails or hangs
+	e := r.end(t)
+	if want := acquired + ttl - 300*time.Millisecond; e.StopBy != want {
+		t.Errorf("StopBy = %v after the write began, want %v (its expiry less margin)", e.StopBy-acquired, want-acquired)
+	}
+}
+
+// A renewal that grants less than the TTL asked (an etcd keep-alive
+// answers with the lease's remaining TTL) is counted as granted.
+func TestRenewalGrantsTheReturnedTTL(t *testing.T) {
+	const ttl = 3 * time.Second
+	l := newTestLease()
+	l.granted = 2 * time.Second
+	r := startKeeperOn(t, l, ttl, 0)
+	start := r.clk.Now()
+	r.clk.Advance(time.Second)
+	recv(t, r.l.renews, "first renewal")
+	r.l.renewErr <- nil // valid until +1s+2s, next renewal due at +1s+2s/3
+	r.clk.WaitArmed(start + time.Second + 2*time.Second/3)
+	r.clk.Advance(2 * time.Second / 3)
+	recv(t, r.l.renews, "second renewal, a third of the granted TTL later")
+	// Never answered: lost by the end of the granted term less reserve.
+	r.clk.Advance(2*time.Second - 2*time.Second/3)
+	e := r.end(t)
+	if want := start + 3*time.Second - 300*time.Millisecond; e.StopBy != want {
+		t.Errorf("StopBy = +%v, want +%v (the granted term's end less margin)", e.StopBy-start, want-start)
 	}
 }

@@ -355,8 +355,13 @@ func (a *attempt) take() (*Role, error) {
 	if err != nil {
 		return nil, err
 	}
+	clock := a.c.Clock
+	if clock == nil {
+		clock = store.BootTime
+	}
 	r := &Role{
 		paths: a.p, fence: fence, ttl: a.c.TTL, now: a.c.Now, pred: pred,
+		clock: clock, term: store.Term{Start: clock(), TTL: a.c.TTL},
 		changes: changes, watch: watch,
 		log:  a.log.With("fence", fence),
 		file: payloadFile{fd: fd, path: a.p.lock, size: len(data)},

@@ -21,6 +21,8 @@ type Role struct {
 	fence   uint64
 	ttl     time.Duration
 	now     func() time.Time
+	clock   func() time.Duration
+	term    store.Term
 	log     hclog.Logger
 	pred    *store.Holder
 	changes chan struct{}
@@ -43,6 +45,10 @@ func (r *Role) Fence() uint64 { return r.fence }
 
 // Env is nil: the caller gives the command FENCERUN_RESIDENT and the rest.
 func (r *Role) Env() []string { return nil }
+
+// Term is the acquisition's: the kernel lock does not expire, so it is only
+// the TTL from then, for the keeper's deadline.
+func (r *Role) Term() store.Term { return r.term }
 
 // Predecessor is the holder that died holding the role (its payload was
 // left behind), with its Marker, else nil.
@@ -67,13 +73,14 @@ func (r *Role) Changes() <-chan struct{} { return r.changes }
 
 // Renew checks that the role is still this holder's: the lock path still
 // names the inode it holds locked. The kernel lock does not expire, so the
-// returned expiry is only TTL from now, for the keeper's deadline. It
-// writes nothing.
-func (r *Role) Renew(ctx context.Context) (time.Time, error) {
+// returned Term is only TTL from before the check, for the keeper's
+// deadline. It writes nothing.
+func (r *Role) Renew(ctx context.Context) (store.Term, error) {
+	start := r.clock()
 	if err := r.verify(); err != nil {
-		return time.Time{}, err
+		return store.Term{}, err
 	}
-	return r.now().Add(r.ttl), nil
+	return store.Term{Start: start, TTL: r.ttl}, nil
 }
 
 // Check verifies the role as Renew does, then judges a pending handover
@@ -132,7 +139,7 @@ func (r *Role) Tick(ctx context.Context, t time.Time) error {
 
 // SetCommandPID records the command's own pid beside the holder's (status
 // shows it as command_pid).
-func (r *Role) SetCommandPID(pid int) error {
+func (r *Role) SetCommandPID(_ context.Context, pid int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.released {

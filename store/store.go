@@ -1,19 +1,39 @@
 // Package store defines the lease store that fencerun runs commands under,
 // and the types every backend shares.
 //
-// A Store hands out Leases on keys. It guarantees, for every backend:
+// A Store hands out Leases on keys. Every backend (the file backend, etcd)
+// guarantees:
 //
-//   - at most one Lease per key is held at a time, and a holder that is alive
-//     but silent (stopped, swapped out) is never taken from: a backend that
-//     can tell a dead holder from a live one (the file backend, by kernel
-//     lock) frees the lease of a dead one at once, and keeps the lease of a
-//     live one even past its expiry;
+//   - at most one Lease per key is held at a time;
 //   - every acquisition of a key gets a fencing token strictly greater than
-//     every token handed out before for that key;
-//   - every change a holder makes to its lease is a compare-and-swap on the
-//     version returned by its previous change, so a revoked or taken-over
-//     holder learns of it at its next renewal or check, and cannot undo it;
-//   - waiters acquire in arrival order.
+//     every token handed out before for that key, also after a revocation
+//     and after a holder died;
+//   - a holder learns of a revocation, a take-over or a cancel request
+//     within a second, through Lease.Changes, without polling;
+//   - a renewal or check of a revoked, released or taken-over lease fails
+//     with ErrLost, and cannot undo what was done to it;
+//   - waiters acquire in arrival order, and a dead waiter loses its place;
+//   - a holder that died holding a lease passes its leftovers (what its
+//     command's tree may still be running, and on which host) to the next
+//     holder, as Lease.Predecessor, until one confirms them stopped;
+//   - a Lease reports the Term its acquisition and each renewal set: the
+//     instant, on the claim's Clock, read just before the write (or request)
+//     that set the expiry, and the TTL granted from then. The lease cannot
+//     expire before Term.Start+Term.TTL. The keeper counts from it.
+//
+// What "version" means. Every change a holder makes to its lease is
+// conditional on the lease still being the one it acquired. In the file
+// backend that is a compare-and-swap on the record's secret token and the
+// version the holder's previous write returned. Where renewal is not a
+// compare-and-swap (an etcd keep-alive extends a lease whoever sends it),
+// the version is the holder key's create revision: a renewal is the
+// keep-alive plus a compare that the key still exists with that create
+// revision, so a deleted key or a revoked lease fails the renewal.
+//
+// What the file backend adds, and other backends do not promise: a holder
+// that is alive but silent (stopped, swapped out) is never taken from, even
+// past its expiry, because liveness is a kernel lock, not a clock. On etcd
+// a holder silent for longer than its TTL has lost its lease (SPEC.md E4).
 //
 // It does not stop anything: a Lease that is lost only says so. Stopping the
 // command before the lease can expire is the job of package fence.
@@ -99,15 +119,33 @@ type Claim struct {
 	// PID and Host describe the holder process; zero values mean "this one".
 	PID  int
 	Host string
+	// Clock is the monotonic clock the caller's keeper runs on; the backend
+	// reads it just before the write that sets an expiry, for Term. Nil
+	// means BootTime (CLOCK_BOOTTIME).
+	Clock func() time.Duration
 }
 
+// Term is how long a lease is known valid: from Start, an instant on the
+// claim's Clock read just before the write or request that set the expiry,
+// for TTL. The lease cannot expire before Start+TTL.
+type Term struct {
+	Start time.Duration
+	TTL   time.Duration
+}
+
+// End is the instant, on the claim's Clock, before which the lease cannot
+// expire.
+func (t Term) End() time.Duration { return t.Start + t.TTL }
+
 // Lease is a held lease. Its methods are for one goroutine at a time (the
-// keeper's), except Key, Fence, Env, Changes and Predecessor, which are safe
-// from any.
+// keeper's), except Key, Fence, Env, Term, Changes, Predecessor,
+// LeftoversStopped and SetCommandPID, which are safe from any.
 type Lease interface {
 	Key() string
 	// Fence is the fencing token of this acquisition.
 	Fence() uint64
+	// Term is the term the acquisition set; the keeper starts from it.
+	Term() Term
 	// Env is what the command is given besides FENCERUN_*: for example
 	// ETCD_LOCK_KEY and ETCD_LOCK_REV on etcd. Usually nil.
 	Env() []string
@@ -123,18 +161,25 @@ type Lease interface {
 	// while stopping them passes them on to the next. Safe to call beside
 	// the keeper's calls.
 	LeftoversStopped(ctx context.Context) error
+	// SetCommandPID records the command's own pid for status (shown beside
+	// the holder's pid as command_pid). A backend may write it with its
+	// next renewal rather than at once. Safe to call beside the keeper's
+	// calls.
+	SetCommandPID(ctx context.Context, pid int) error
 
-	// Renew extends the lease by its TTL from now, presenting the version
-	// returned by the previous renewal (compare-and-swap). It returns the
-	// new expiry, or an error wrapping ErrLost when the lease was revoked,
+	// Renew extends the lease, conditional on it still being this holder's
+	// (see "What version means" in the package comment). It returns the
+	// new Term, or an error wrapping ErrLost when the lease was revoked,
 	// released or taken over.
-	Renew(ctx context.Context) (time.Time, error)
+	Renew(ctx context.Context) (Term, error)
 	// Changes receives (coalesced, never closed) when the lease's record may
 	// have been changed by someone else: a revocation, a cancel request. The
 	// receiver then calls Check. Backends must deliver within a second of
 	// the change, without busy polling.
 	Changes() <-chan struct{}
-	// Check reads the lease's record without writing: an error wrapping
+	// Check reads the lease's record; it never extends or changes the
+	// lease (the resident role may answer a refused handover request in
+	// its payload, which is not the lease): an error wrapping
 	// ErrLost if it is no longer held, else what was asked of the holder.
 	Check(ctx context.Context) (Request, error)
 	// Tick records a liveness tick at t in the lease's record (shown by

@@ -136,8 +136,8 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	log = log.With("fence", lease.Fence())
-	// The keeper's clock starts now, a moment after the store wrote the
-	// expiry: the gap is far inside the keeper's margin.
+	// The keeper's clock starts from the lease's Term: the moment before
+	// the store wrote the expiry, however long that write took.
 	keeper, err := fence.New(fence.Config{Lease: lease, TTL: r.TTL, Grace: r.Grace, Logger: log.Named("fence")})
 	if err != nil {
 		_ = lease.Release(ctx)
@@ -323,10 +323,8 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 			}
 			close(started)
 			log.Debug("command started", "pid", p.Pid(), "argv", r.Command)
-			if shown, ok := lease.(interface{ SetCommandPID(int) error }); ok {
-				if err := shown.SetCommandPID(p.Pid()); err != nil {
-					log.Warn("could not record the command's pid for status", "error", err)
-				}
+			if err := lease.SetCommandPID(ctx, p.Pid()); err != nil {
+				log.Warn("could not record the command's pid for status", "error", err)
 			}
 			status = p.Wait()
 			return nil

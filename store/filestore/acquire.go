@@ -41,6 +41,9 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	if claim.Host == "" {
 		claim.Host = s.host
 	}
+	if claim.Clock == nil {
+		claim.Clock = store.BootTime
+	}
 	a := &acquirer{s: s, key: key, kd: kd, claim: claim}
 	l, holder, err := a.acquire(ctx)
 	if l == nil {
@@ -223,6 +226,7 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 			leftovers = append(leftovers, h.Marker)
 		}
 	}
+	term := store.Term{Start: a.claim.Clock(), TTL: a.claim.TTL}
 	now := a.s.now()
 	next := record{
 		Leftovers: leftovers,
@@ -260,6 +264,8 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 		fence:   next.Fence,
 		token:   token,
 		ttl:     a.claim.TTL,
+		clock:   a.claim.Clock,
+		term:    term,
 		version: next.Version,
 		pred:    predecessor(pred, rec.Fence, leftovers),
 		changes: make(chan struct{}, 1),

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/store/storetest"
 )
 
 // The test binary doubles as the helper process that tests need where
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperMode); mode != "" {
 		os.Exit(runHelper(mode))
 	}
-	os.Exit(m.Run())
+	storetest.Main(m, openRoot)
 }
 
 // runHelper runs one helper mode. It says what happened on stdout, one

@@ -23,6 +23,8 @@ type Lease struct {
 	fence   uint64
 	token   string
 	ttl     time.Duration
+	clock   func() time.Duration
+	term    store.Term // of the acquisition
 	pred    *store.Holder
 	changes chan struct{}
 	notify  *notifier
@@ -32,6 +34,7 @@ type Lease struct {
 	live     int
 	version  uint64 // of the record as this lease last wrote it
 	released bool
+	pid      int // the command's, for the next write (SetCommandPID)
 }
 
 var _ store.Lease = (*Lease)(nil)
@@ -39,6 +42,7 @@ var _ store.Lease = (*Lease)(nil)
 func (l *Lease) Key() string                { return l.key }
 func (l *Lease) Fence() uint64              { return l.fence }
 func (l *Lease) Env() []string              { return nil }
+func (l *Lease) Term() store.Term           { return l.term }
 func (l *Lease) Changes() <-chan struct{}   { return l.changes }
 func (l *Lease) Predecessor() *store.Holder { return copyHolder(l.pred) }
 
@@ -55,14 +59,24 @@ func (l *Lease) LeftoversStopped(ctx context.Context) error {
 	return l.update(ctx, func(r *record) { r.Leftovers = nil })
 }
 
-// Renew extends the lease by its TTL from now (see store.Lease).
-func (l *Lease) Renew(ctx context.Context) (time.Time, error) {
-	var expires time.Time
+// SetCommandPID keeps pid for the next renewal or tick to write: the
+// uncontended run stays at one record write (P1).
+func (l *Lease) SetCommandPID(_ context.Context, pid int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pid = pid
+	return nil
+}
+
+// Renew extends the lease by its TTL from now (see store.Lease): the Term
+// starts just before the record with the new expiry is written.
+func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
+	var term store.Term
 	err := l.update(ctx, func(r *record) {
-		expires = l.s.now().Add(l.ttl)
-		r.Holder.Expires = expires
+		term = store.Term{Start: l.clock(), TTL: l.ttl}
+		r.Holder.Expires = l.s.now().Add(l.ttl)
 	})
-	return expires, err
+	return term, err
 }
 
 // Tick records a liveness tick at t (see store.Lease).
@@ -89,6 +103,9 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 		return err
 	}
 	change(&rec)
+	if l.pid != 0 {
+		rec.Holder.CommandPID = l.pid
+	}
 	rec.Version++
 	if _, err := writeAtomic(l.kd, leaseFile, rec.marshal(), writeOpts{}); err != nil {
 		return err

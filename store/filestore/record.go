@@ -47,6 +47,9 @@ type holderRecord struct {
 	Acquired time.Time `json:"acquired"`
 	Expires  time.Time `json:"expires"`
 	LastTick time.Time `json:"last_tick,omitzero"`
+	// CommandPID is written with the first renewal or tick after the
+	// command started (Lease.SetCommandPID): never a write of its own.
+	CommandPID int `json:"command_pid,omitempty"`
 }
 
 // tokenLen is the length of a token in hex: 128 bits.
@@ -128,15 +131,16 @@ func (h *holderRecord) holder(fence uint64) *store.Holder {
 		return nil
 	}
 	return &store.Holder{
-		Name:     h.Name,
-		PID:      h.PID,
-		Host:     h.Host,
-		Reason:   h.Reason,
-		Acquired: h.Acquired,
-		Expires:  h.Expires,
-		Fence:    fence,
-		LastTick: h.LastTick,
-		Marker:   h.Marker,
+		Name:       h.Name,
+		PID:        h.PID,
+		Host:       h.Host,
+		Reason:     h.Reason,
+		Acquired:   h.Acquired,
+		Expires:    h.Expires,
+		Fence:      fence,
+		LastTick:   h.LastTick,
+		Marker:     h.Marker,
+		CommandPID: h.CommandPID,
 	}
 }
 
