@@ -86,10 +86,10 @@ func describeHolder(h *store.Holder) string {
 	}
 	s := fmt.Sprintf("pid %d", h.PID)
 	if h.Name != "" {
-		s += " (" + h.Name + ")"
+		s += " (" + store.Printable(h.Name) + ")"
 	}
 	return s + fmt.Sprintf(" on host %s, %s, fence %d, since %s",
-		h.Host, describeBuild(h.Build), h.Fence, h.Acquired.Format(time.RFC3339))
+		store.Printable(h.Host), describeBuild(h.Build), h.Fence, h.Acquired.Format(time.RFC3339))
 }
 
 // Acquire takes the resident role of the store at storePath (which need

@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,18 +26,53 @@ type paths struct {
 	handover string
 }
 
-func pathsOf(storePath string) (paths, error) {
+// StorePath is the store file that storePath names, as the role knows it
+// (R1): absolute, with every symlink on the way resolved, so that a link to
+// the store and the store itself are one role. The store file need not
+// exist; a path that names a directory (or ends in a slash) is refused,
+// since its lock would land in the parent. It creates nothing.
+func StorePath(storePath string) (string, error) {
 	if storePath == "" {
-		return paths{}, errors.New("resident: empty store path")
+		return "", errors.New("resident: empty store path")
+	}
+	if strings.HasSuffix(storePath, "/") {
+		return "", fmt.Errorf("resident: --resident %s names a directory; give the store file (for example %sapp.db)", storePath, storePath)
 	}
 	abs, err := filepath.Abs(storePath)
 	if err != nil {
-		return paths{}, fmt.Errorf("resident: store path %s: %w", storePath, err)
+		return "", fmt.Errorf("resident: store path %s: %w", storePath, err)
 	}
 	dir, base := filepath.Split(abs)
 	if base == "" || base == "." || base == ".." {
-		return paths{}, fmt.Errorf("resident: store path %s names no file", storePath)
+		return "", fmt.Errorf("resident: store path %s names no file", storePath)
 	}
+	real, err := filepath.EvalSymlinks(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, lerr := os.Lstat(abs); lerr == nil {
+			return "", fmt.Errorf("resident: store path %s is a symlink to a missing file", storePath)
+		}
+		// A missing directory stays as given: a status of it is free, and
+		// taking the role fails on its lock file, naming it.
+		realDir, derr := filepath.EvalSymlinks(dir)
+		if derr != nil {
+			realDir = filepath.Clean(dir)
+		}
+		real = filepath.Join(realDir, base)
+	} else if err != nil {
+		return "", fmt.Errorf("resident: store path %s: %w", storePath, err)
+	}
+	if fi, err := os.Stat(real); err == nil && fi.IsDir() {
+		return "", fmt.Errorf("resident: --resident %s names a directory; give the store file in it (for example %s)", storePath, filepath.Join(storePath, "app.db"))
+	}
+	return real, nil
+}
+
+func pathsOf(storePath string) (paths, error) {
+	abs, err := StorePath(storePath)
+	if err != nil {
+		return paths{}, err
+	}
+	dir := filepath.Dir(abs)
 	return paths{
 		store:    abs,
 		dir:      filepath.Clean(dir),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -26,7 +27,12 @@ func (c *ReleaseCmd) Validate() error {
 
 // Run revokes the lease.
 func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
-	backend, err := g.openStore()
+	backend, err := g.openStore(false)
+	var missing *noState
+	if errors.As(err, &missing) {
+		fmt.Printf("%s was free: nothing to release (no state root at %s)\n", c.Key, missing.root)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -59,7 +65,12 @@ func (c *CancelCmd) Validate() error {
 
 // Run records the request and, with --wait, waits for the key to be free.
 func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
-	backend, err := g.openStore()
+	backend, err := g.openStore(false)
+	var missing *noState
+	if errors.As(err, &missing) {
+		fmt.Printf("%s is free: nothing to cancel (no state root at %s)\n", c.Key, missing.root)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -109,14 +120,22 @@ type PruneCmd struct {
 
 // Run prunes and says what it removed.
 func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
-	backend, err := g.openStore()
-	if err != nil {
+	var removed []store.Pruned
+	backend, err := g.openStore(false)
+	var missing *noState
+	switch {
+	case errors.As(err, &missing):
+		if !c.JSON {
+			fmt.Printf("nothing to prune: no state root at %s\n", missing.root)
+			return nil
+		}
+	case err != nil:
 		return err
-	}
-	defer backend.Close()
-	removed, err := backend.Prune(ctx)
-	if err != nil {
-		return fail(supervisor.ExitFailed, "%v", err)
+	default:
+		defer backend.Close()
+		if removed, err = backend.Prune(ctx); err != nil {
+			return fail(supervisor.ExitFailed, "%v", err)
+		}
 	}
 	if c.JSON {
 		if removed == nil {

@@ -139,8 +139,10 @@ func Main(args []string) int {
 	return supervisor.ExitFailed
 }
 
-// openStore opens the backend the global flags name.
-func (g *Globals) openStore() (store.Store, error) {
+// openStore opens the backend the global flags name. Only commands that
+// take a lease create a missing state root (create); the others get an
+// error wrapping filestore.ErrNoState, which they report as nothing there.
+func (g *Globals) openStore(create bool) (store.Store, error) {
 	if g.Etcd != "" {
 		return nil, usage("--etcd %s: the etcd backend is not built yet; only the embedded file backend is", g.Etcd)
 	}
@@ -151,11 +153,29 @@ func (g *Globals) openStore() (store.Store, error) {
 			return nil, fail(supervisor.ExitFailed, "no state root: %v (set --dir or FENCERUN_DIR)", err)
 		}
 	}
-	s, err := filestore.Open(dir, filestore.Options{Logger: g.log})
+	s, err := filestore.Open(dir, filestore.Options{Logger: g.log, MustExist: !create})
+	if errors.Is(err, filestore.ErrNoState) {
+		return nil, &noState{root: dir, err: err}
+	}
 	if err != nil {
 		return nil, fail(supervisor.ExitFailed, "%v", err)
 	}
 	return s, nil
+}
+
+// noState is a read-only command's missing state root: not a failure,
+// an empty result (SPEC command line).
+type noState struct {
+	root string
+	err  error
+}
+
+func (e *noState) Error() string { return e.err.Error() }
+func (e *noState) Unwrap() error { return e.err }
+
+// note says on stderr, in one line, that the state root is missing.
+func (e *noState) note() {
+	fmt.Fprintf(os.Stderr, "fencerun: note: no state root at %s (nothing has run there yet)\n", e.root)
 }
 
 // validKey applies B1 before anything touches the disk.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strconv"
+	"strings"
 
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
@@ -47,4 +48,13 @@ func residentStatus(path string) (*store.Status, error) {
 		return nil, fail(supervisor.ExitFailed, "%v", err)
 	}
 	return st, nil
+}
+
+// validResident refuses, before anything touches the disk, a --resident
+// that names a directory or whose directory is missing.
+func validResident(path string) error {
+	if _, err := resident.StorePath(path); err != nil {
+		return usage("%s", strings.TrimPrefix(err.Error(), "resident: "))
+	}
+	return nil
 }

@@ -75,6 +75,17 @@ func (r *RunCmd) Validate() error {
 	if _, err := parseSignal(r.KillSignal); err != nil {
 		return usage("--kill-signal: %v", err)
 	}
+	if err := store.ValidateText("--name", r.Name); err != nil {
+		return usage("%v", err)
+	}
+	if err := store.ValidateText("--reason", r.Reason); err != nil {
+		return usage("%v", err)
+	}
+	if r.Resident != "" {
+		if err := validResident(r.Resident); err != nil {
+			return err
+		}
+	}
 	if r.Key != nil {
 		return validKey(*r.Key)
 	}
@@ -214,7 +225,7 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, claim store.Claim, pat
 	if r.Resident != "" {
 		return r.acquireResident(ctx, g, claim, path, env)
 	}
-	st, err := g.openStore()
+	st, err := g.openStore(true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -499,12 +510,12 @@ func describe(h *store.Holder) string {
 	if h == nil {
 		return "held by another process"
 	}
-	s := fmt.Sprintf("held by %s (pid %d on %s", h.Name, h.PID, h.Host)
+	s := fmt.Sprintf("held by %s (pid %d on %s", store.Printable(h.Name), h.PID, store.Printable(h.Host))
 	if !h.Acquired.IsZero() {
 		s += ", since " + h.Acquired.Format(time.RFC3339)
 	}
 	if h.Reason != "" {
-		s += ", reason: " + h.Reason
+		s += ", reason: " + store.Printable(h.Reason)
 	}
 	return s + ")"
 }

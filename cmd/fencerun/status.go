@@ -33,7 +33,7 @@ func (s *StatusCmd) Validate() error {
 	case s.Key != "":
 		return validKey(s.Key)
 	}
-	return nil
+	return validResident(s.Resident)
 }
 
 // Run prints the status.
@@ -45,12 +45,18 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 	} else {
-		backend, err := g.openStore()
-		if err != nil {
+		backend, err := g.openStore(false)
+		var missing *noState
+		switch {
+		case errors.As(err, &missing):
+			missing.note()
+			st, err = &store.Status{Key: s.Key, State: store.Free, Waiters: []store.Holder{}}, nil
+		case err != nil:
 			return err
+		default:
+			defer backend.Close()
+			st, err = backend.Status(ctx, s.Key)
 		}
-		defer backend.Close()
-		st, err = backend.Status(ctx, s.Key)
 		if err != nil {
 			if !errors.Is(err, store.ErrCorrupt) && !errors.Is(err, store.ErrUnsafe) {
 				return fail(supervisor.ExitFailed, "%v", err)
@@ -81,14 +87,19 @@ type ListCmd struct {
 
 // Run lists every key.
 func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
-	backend, err := g.openStore()
-	if err != nil {
+	var all []store.Status
+	backend, err := g.openStore(false)
+	var missing *noState
+	switch {
+	case errors.As(err, &missing):
+		missing.note()
+	case err != nil:
 		return err
-	}
-	defer backend.Close()
-	all, err := backend.List(ctx)
-	if err != nil {
-		return fail(supervisor.ExitFailed, "%v", err)
+	default:
+		defer backend.Close()
+		if all, err = backend.List(ctx); err != nil {
+			return fail(supervisor.ExitFailed, "%v", err)
+		}
 	}
 	if l.JSON {
 		views := make([]statusView, len(all))
@@ -110,7 +121,7 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 		if st.Err != nil {
 			reason = st.Err.Error()
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", st.Key, st.State, holder, heldFor, len(st.Waiters), reason)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", st.Key, st.State, store.Printable(holder), heldFor, len(st.Waiters), store.Printable(reason))
 	}
 	return w.Flush()
 }
@@ -149,15 +160,15 @@ func printStatus(w io.Writer, st store.Status, now time.Time) {
 	}
 	fmt.Fprintf(tw, "state:\t%s\n", st.State)
 	if st.Err != nil {
-		fmt.Fprintf(tw, "error:\t%v\n", st.Err)
+		fmt.Fprintf(tw, "error:\t%s\n", store.Printable(st.Err.Error()))
 	}
 	if h := st.Holder; h != nil {
-		fmt.Fprintf(tw, "holder:\t%s (pid %d on %s)\n", h.Name, h.PID, h.Host)
+		fmt.Fprintf(tw, "holder:\t%s (pid %d on %s)\n", store.Printable(h.Name), h.PID, store.Printable(h.Host))
 		if h.CommandPID != 0 {
 			fmt.Fprintf(tw, "command pid:\t%d\n", h.CommandPID)
 		}
 		if h.Reason != "" {
-			fmt.Fprintf(tw, "reason:\t%s\n", h.Reason)
+			fmt.Fprintf(tw, "reason:\t%s\n", store.Printable(h.Reason))
 		}
 		fmt.Fprintf(tw, "acquired:\t%s (%s ago)\n", h.Acquired.Format(time.RFC3339), now.Sub(h.Acquired).Round(time.Second))
 		if !h.Expires.IsZero() {
@@ -177,7 +188,7 @@ func printStatus(w io.Writer, st store.Status, now time.Time) {
 	if len(st.Waiters) > 0 {
 		fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
 		for i, h := range st.Waiters {
-			fmt.Fprintf(tw, "  %d.\t%s (pid %d on %s), waiting %s\n", i+1, h.Name, h.PID, h.Host, now.Sub(h.Acquired).Round(time.Second))
+			fmt.Fprintf(tw, "  %d.\t%s (pid %d on %s), waiting %s\n", i+1, store.Printable(h.Name), h.PID, store.Printable(h.Host), now.Sub(h.Acquired).Round(time.Second))
 		}
 	}
 }

@@ -25,6 +25,11 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	if err := store.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
+	for what, text := range map[string]string{"name": claim.Name, "reason": claim.Reason} {
+		if err := store.ValidateText(what, text); err != nil {
+			return nil, nil, fmt.Errorf("filestore: %w", err)
+		}
+	}
 	if claim.TTL <= 0 {
 		return nil, nil, fmt.Errorf("filestore: ttl %v is not positive", claim.TTL)
 	}

@@ -19,6 +19,10 @@ import (
 // ErrClosed: the Store was closed. Leases taken from it keep working.
 var ErrClosed = errors.New("filestore: store is closed")
 
+// ErrNoState: Open was told the state root must exist, and it does not
+// (or has no keys directory yet). It wraps fs.ErrNotExist.
+var ErrNoState = fmt.Errorf("filestore: no state here: %w", fs.ErrNotExist)
+
 // Options configure a Store.
 type Options struct {
 	// Logger receives the store's logs; nil discards them. The store logs
@@ -28,6 +32,10 @@ type Options struct {
 	// and for telling expired leases; nil means time.Now. Liveness never
 	// depends on it: that is the kernel lock on live.
 	Now func() time.Time
+	// MustExist opens only an existing state root and creates nothing:
+	// a missing root (or one without a keys directory) is ErrNoState.
+	// Only commands that take leases create a root (SPEC command line).
+	MustExist bool
 }
 
 // Store keeps leases in files under a state root. See the package comment.
@@ -70,10 +78,15 @@ func Open(root string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("filestore: state directory %s: %w", root, err)
 	}
 	root = filepath.Clean(root)
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return nil, fmt.Errorf("filestore: create state directory %s: %w", root, err)
+	if !opts.MustExist {
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return nil, fmt.Errorf("filestore: create state directory %s: %w", root, err)
+		}
 	}
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT && opts.MustExist {
+		return nil, fmt.Errorf("%w: state directory %s does not exist", ErrNoState, root)
+	}
 	if err != nil {
 		if fi, lerr := os.Lstat(root); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			return nil, fmt.Errorf("%w: state directory %s is a symlink; refusing to follow it", store.ErrUnsafe, root)
@@ -85,7 +98,10 @@ func Open(root string, opts Options) (*Store, error) {
 	if err := checkOwned(fd, root); err != nil {
 		return nil, err
 	}
-	keys, err := openDir(rootDir, "keys", true)
+	keys, err := openDir(rootDir, "keys", !opts.MustExist)
+	if errors.Is(err, fs.ErrNotExist) && opts.MustExist {
+		return nil, fmt.Errorf("%w: state directory %s has no keys yet", ErrNoState, root)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,70 @@
+package resident
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// R1: a store path reached through symlinks is the role of its real path:
+// a link to the store file, or a linked directory, is not a second role.
+func TestSymlinkedStoreIsOneRole(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	storePath := filepath.Join(dir, "app.db")
+	if err := os.WriteFile(storePath, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.db")
+	if err := os.Symlink("app.db", link); err != nil {
+		t.Fatal(err)
+	}
+	linkedDir := filepath.Join(t.TempDir(), "current")
+	if err := os.Symlink(dir, linkedDir); err != nil {
+		t.Fatal(err)
+	}
+	h := startHolder(t, "hold", storePath, "", "")
+	for _, p := range []string{link, filepath.Join(linkedDir, "app.db"), filepath.Join(linkedDir, "link.db")} {
+		r, ref, err := Acquire(context.Background(), p, Claim{})
+		if err != nil || r != nil || ref == nil {
+			t.Fatalf("Acquire(%s) = %v, %v, %v; want a refusal", p, r, ref, err)
+		}
+		if ref.Holder.PID != h.pid || ref.Store != storePath {
+			t.Errorf("Acquire(%s) refused by %+v for %s, want pid %d for %s", p, ref.Holder, ref.Store, h.pid, storePath)
+		}
+		if st := mustStatus(t, p); st.State != store.Held || st.Store != storePath {
+			t.Errorf("status of %s: %+v", p, st)
+		}
+	}
+	if _, err := os.Lstat(link + ".resident.lock"); !os.IsNotExist(err) {
+		t.Errorf("a lock file beside the link: %v", err)
+	}
+	if code := h.exit(t); code != 0 {
+		t.Fatalf("helper exited %d", code)
+	}
+}
+
+func TestStorePathNamingADirectoryIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, p := range []string{dir, dir + "/", filepath.Join(dir, "sub") + "/"} {
+		if _, err := StorePath(p); err == nil || !strings.Contains(err.Error(), "names a directory") {
+			t.Errorf("StorePath(%q) = %v", p, err)
+		}
+		if _, _, err := Acquire(context.Background(), p, Claim{}); err == nil {
+			t.Errorf("Acquire(%q) took a role", p)
+		}
+	}
+	if _, err := os.Lstat(dir + ".resident.lock"); !os.IsNotExist(err) {
+		t.Errorf("a lock file in the parent: %v", err)
+	}
+	dangling := filepath.Join(dir, "dangling.db")
+	os.Symlink("missing.db", dangling)
+	if _, err := StorePath(dangling); err == nil || !strings.Contains(err.Error(), "symlink to a missing file") {
+		t.Errorf("StorePath(dangling) = %v", err)
+	}
+}
