@@ -160,7 +160,7 @@ func TestResidentWrapperKilled(t *testing.T) {
 	s.waitRoleHeld("app.db", holder.Process.Pid)
 	// The standby's command checks for itself that none of the dead
 	// holder's processes is alive when it starts.
-	standby := s.start(s.fencerun("standby", "run", "--resident", "app.db", "--wait", "0", "--", "sh", "-c",
+	standby := s.start(s.fencerun("standby", "run", "--resident", "app.db", "--wait", "forever", "--", "sh", "-c",
 		`echo $FENCERUN_FENCE > standby.fence; `+reportLive+` > seen.tmp; mv seen.tmp seen`))
 	s.waitLog("standby", "waiting as a standby")
 
@@ -192,7 +192,7 @@ func TestResidentWrapperStopped(t *testing.T) {
 		"sh", "-c", exclusive+`echo $$ > a.tmp && mv a.tmp a.pid && exec sleep 1000`))
 	apid := s.pids("a.pid")
 	s.waitRoleHeld("app.db", a.Process.Pid)
-	b := s.start(s.fencerun("b", "run", "--resident", "app.db", "--wait", "0", "--ttl", ttl.String(), "--",
+	b := s.start(s.fencerun("b", "run", "--resident", "app.db", "--wait", "forever", "--ttl", ttl.String(), "--",
 		"sh", "-c", exclusive+`touch b.ran`))
 	s.waitLog("b", "waiting as a standby")
 

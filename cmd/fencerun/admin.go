@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/duration"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -14,7 +15,7 @@ import (
 // ReleaseCmd is `fencerun release KEY --force`.
 type ReleaseCmd struct {
 	Key   string `arg:"" help:"The key to release."`
-	Force bool   `help:"Required: revoke the lease. The holder's fence breaks, its command is stopped and it exits 76. Also clears a corrupt record."`
+	Force bool   `env:"-" help:"Required: revoke the lease. The holder's fence breaks, its command is stopped and it exits 76. Also clears a corrupt record."`
 }
 
 // Validate requires --force: a release from outside stops someone's command.
@@ -52,14 +53,11 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 // CancelCmd is `fencerun cancel KEY`.
 type CancelCmd struct {
 	Key  string        `arg:"" help:"The key whose holder to ask."`
-	Wait time.Duration `short:"w" default:"0" help:"Also wait until the cancelled holder has stopped its command and let go of the key (which may go straight to the next waiter), at most this long: exit 75 if it has not by then."`
+	Wait duration.Wait `short:"w" default:"0" placeholder:"D" env:"FENCERUN_CANCEL_WAIT" help:"Also wait until the cancelled holder has stopped its command and let go of the key (which may go straight to the next waiter), at most D (forever: without limit): exit 75 if it has not by then. 0, the default, does not wait."`
 }
 
 // Validate checks the key.
 func (c *CancelCmd) Validate() error {
-	if c.Wait < 0 {
-		return usage("--wait %v is negative", c.Wait)
-	}
 	return validKey(c.Key)
 }
 
@@ -90,13 +88,13 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 		return nil
 	}
 	fmt.Printf("asked the holder of %s to stop its command\n", c.Key)
-	if c.Wait == 0 || before.Holder == nil {
+	if c.Wait.None() || before.Holder == nil {
 		return nil
 	}
 	fence := before.Holder.Fence
 	// A rare, interactive wait: a status read every 50ms costs nothing
 	// that matters and needs no watch of the store's internals.
-	deadline := time.Now().Add(c.Wait)
+	deadline := time.Now().Add(c.Wait.Limit())
 	for {
 		st, err := backend.Status(ctx, c.Key)
 		if err != nil {
@@ -106,7 +104,7 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Printf("the holder of %s (fence %d) has let go\n", c.Key, fence)
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if !c.Wait.Forever() && time.Now().After(deadline) {
 			return fail(supervisor.ExitConflict, "the holder of %s (fence %d) still holds it after %v", c.Key, fence, c.Wait)
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -17,11 +17,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/alecthomas/kong"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fencerun/fencerun/internal/duration"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/filestore"
 	"github.com/fencerun/fencerun/supervisor"
@@ -99,6 +102,7 @@ func Main(args []string) int {
 		kong.Name("fencerun"),
 		kong.Description("Run a command only while it holds a lease; stop its whole process tree the moment the lease is lost."),
 		kong.DefaultEnvars("FENCERUN"),
+		kong.TypeMapper(reflect.TypeOf(time.Duration(0)), durationMapper),
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.Exit(func(code int) { exit = code }),
@@ -138,6 +142,22 @@ func Main(args []string) int {
 	}
 	return supervisor.ExitFailed
 }
+
+// durationMapper reads every time.Duration flag and its variable as
+// flock(1) and timeout(1) users write them: Go durations or bare seconds,
+// at most a year (package duration).
+var durationMapper = kong.MapperFunc(func(ctx *kong.DecodeContext, target reflect.Value) error {
+	var s string
+	if err := ctx.Scan.PopValueInto("duration", &s); err != nil {
+		return err
+	}
+	d, err := duration.Parse(s)
+	if err != nil {
+		return err
+	}
+	target.SetInt(int64(d))
+	return nil
+})
 
 // openStore opens the backend the global flags name. Only commands that
 // take a lease create a missing state root (create); the others get an

@@ -21,7 +21,6 @@ func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Cl
 		// role, it just never asks for a handover.
 		g.log.Warn("cannot read the command's build identity; it will never ask for a handover", "path", path, "error", err)
 	}
-	claim.Wait = r.Wait != nil
 	role, refusal, err := resident.Acquire(ctx, r.Resident, resident.Claim{
 		Claim: claim, Build: build, StuckAfter: r.stuckAfter(),
 		NoHandover: r.NoHandover, HandoverWait: r.HandoverWait, Logger: g.log,

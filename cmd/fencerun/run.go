@@ -13,11 +13,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/hashicorp/go-hclog"
 	"github.com/oklog/run"
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/duration"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
@@ -28,8 +30,8 @@ type RunCmd struct {
 	Key          *string        `placeholder:"KEY" help:"Hold the keyed lease KEY: letters, digits and . _ - : /, starting with a letter or digit, at most 80 bytes."`
 	Resident     string         `placeholder:"PATH" help:"Hold the resident role of the store file PATH: one live process per store, elected by a kernel lock on PATH's .resident.lock beside it."`
 	TTL          time.Duration  `name:"ttl" default:"30s" help:"Lease duration, renewed every TTL/3; at least 1s. If renewals fail, the command's whole tree is dead before the lease can expire."`
-	NoWait       bool           `short:"n" help:"Fail at once (exit 75, see -E) if the lease is busy."`
-	Wait         *time.Duration `short:"w" placeholder:"D" help:"Give up waiting for the lease after D (exit 75); 0 waits forever. Keys wait forever by default; a resident waits as a standby only when --wait is given. Waiters are served in arrival order."`
+	NoWait       bool           `short:"n" help:"Fail at once (exit 75, see -E) if the lease is busy: the same as -w 0."`
+	Wait         *duration.Wait `short:"w" placeholder:"D" help:"Give up waiting for the lease after D (exit 75, see -E): 0 does not wait (as flock -w 0), forever waits without limit. Default: forever for keys, 0 for residents (a standby says --wait forever). Waiters are served in arrival order."`
 	ConflictExit int            `name:"conflict-exit-code" short:"E" default:"75" help:"Exit code when the lease was not acquired."`
 	Grace        time.Duration  `default:"10s" help:"Time between the stop signal and SIGKILL of the command's process group, whenever fencerun stops it (capped so that a lost lease's command is dead before expiry)."`
 	KillSignal   string         `default:"TERM" help:"The signal that asks the command to stop (name like TERM or SIGTERM, or number)."`
@@ -44,9 +46,20 @@ type RunCmd struct {
 }
 
 // Validate checks the flags (B2) before anything touches the disk.
-func (r *RunCmd) Validate() error {
+func (r *RunCmd) Validate(kctx *kong.Context) error {
 	if len(r.Command) > 0 && r.Command[0] == "--" {
 		r.Command = r.Command[1:] // kong's partial passthrough keeps the separator
+	}
+	if r.NoWait && r.Wait != nil && !r.Wait.None() {
+		// What is typed beats what is exported: FENCERUN_WAIT=10m in a
+		// profile must not break a cron line's -n. Typed together, or
+		// exported together, they contradict each other (below).
+		switch n, w := typed(kctx, "no-wait"), typed(kctx, "wait"); {
+		case n && !w:
+			r.Wait = nil
+		case w && !n:
+			r.NoWait = false
+		}
 	}
 	switch {
 	case r.Key == nil && r.Resident == "":
@@ -59,15 +72,13 @@ func (r *RunCmd) Validate() error {
 		return usage("--ttl %v is under the minimum of %v", r.TTL, fence.MinTTL)
 	case r.Grace < 0:
 		return usage("--grace %v is negative", r.Grace)
-	case r.Wait != nil && *r.Wait < 0:
-		return usage("--wait %v is negative", *r.Wait)
 	case r.Timeout < 0:
 		return usage("--timeout %v is negative", r.Timeout)
 	case r.StuckAfter != nil && *r.StuckAfter < 0:
 		return usage("--stuck-after %v is negative", *r.StuckAfter)
 	case r.HandoverWait < 0:
 		return usage("--handover-wait %v is negative", r.HandoverWait)
-	case r.NoWait && r.Wait != nil:
+	case r.NoWait && r.Wait != nil && !r.Wait.None():
 		return usage("--no-wait and --wait %v contradict each other", *r.Wait)
 	case r.ConflictExit < 0 || r.ConflictExit > 255:
 		return usage("--conflict-exit-code %d is not an exit code (0 to 255)", r.ConflictExit)
@@ -90,6 +101,17 @@ func (r *RunCmd) Validate() error {
 		return validKey(*r.Key)
 	}
 	return nil
+}
+
+// typed reports whether the flag name was given on the command line rather
+// than by its environment variable or default.
+func typed(kctx *kong.Context, name string) bool {
+	for _, p := range kctx.Path {
+		if p.Flag != nil && p.Flag.Name == name && !p.Resolved {
+			return true
+		}
+	}
+	return false
 }
 
 // forwarded are the signals fencerun passes to the command's group (S7).
@@ -138,7 +160,7 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		Name:   orDefault(r.Name, filepath.Base(r.Command[0])),
 		Reason: r.Reason,
 		TTL:    r.TTL,
-		Wait:   !r.NoWait,
+		Wait:   !r.wait().None(),
 		Marker: "FENCERUN_TICK=" + ticks.Addr(),
 	}
 
@@ -177,9 +199,9 @@ func (r *RunCmd) acquireUnlessSignalled(ctx context.Context, g *Globals, claim s
 	waitCtx, cancelWait := context.WithCancelCause(ctx)
 	defer cancelWait(nil)
 	acqCtx := waitCtx
-	if r.Wait != nil && *r.Wait > 0 {
+	if w := r.wait(); !w.Forever() && !w.None() {
 		var cancel context.CancelFunc
-		acqCtx, cancel = context.WithTimeoutCause(waitCtx, *r.Wait, errGaveUp)
+		acqCtx, cancel = context.WithTimeoutCause(waitCtx, w.Limit(), errGaveUp)
 		defer cancel()
 	}
 	stop, watched := make(chan struct{}), make(chan struct{})
@@ -253,8 +275,8 @@ func (r *RunCmd) notAcquired(ctx context.Context, err error, holder func() *stor
 	if errors.As(err, &sig) {
 		return sig
 	}
-	if r.Wait != nil && (errors.Is(err, errGaveUp) || errors.Is(err, context.DeadlineExceeded)) {
-		return fail(r.ConflictExit, "gave up waiting after %v: %s", *r.Wait, describe(holder()))
+	if errors.Is(err, errGaveUp) || errors.Is(err, context.DeadlineExceeded) {
+		return fail(r.ConflictExit, "gave up waiting after %v: %s", r.wait(), describe(holder()))
 	}
 	if ctx.Err() != nil {
 		if c := context.Cause(ctx); errors.As(c, &sig) {
@@ -493,6 +515,21 @@ func stopLeftovers(ctx context.Context, lease store.Lease, sig syscall.Signal, g
 var causeOf = map[fence.Reason]supervisor.Cause{
 	fence.Lost: supervisor.CauseLost, fence.Cancelled: supervisor.CauseCancel,
 	fence.Handover: supervisor.CauseHandover, fence.Stuck: supervisor.CauseStuck,
+}
+
+// wait is how long to wait for the lease: -n and -w 0 not at all; keys
+// forever unless -w says otherwise, residents not unless -w says so (R8: a
+// standby is a decision to state).
+func (r *RunCmd) wait() duration.Wait {
+	switch {
+	case r.NoWait:
+		return duration.Wait{}
+	case r.Wait != nil:
+		return *r.Wait
+	case r.Resident != "":
+		return duration.Wait{}
+	}
+	return duration.Forever
 }
 
 func (r *RunCmd) stuckAfter() time.Duration {

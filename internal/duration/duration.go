@@ -1,0 +1,106 @@
+// Package duration is the value of fencerun's duration flags, read as
+// flock(1) and timeout(1) users write them: a Go duration (`90s`,
+// `1m30s`) or bare seconds (`5`, `0.5`, `1.5`), and for waits also
+// `forever`.
+//
+// It guarantees that a parsed value is never negative and never over Max (a
+// year): a larger value is refused, never wrapped or clamped, whatever its
+// spelling (`2562047h47m`, near the largest time.Duration, is refused like
+// `9000h`). cmd/fencerun registers Parse as kong's mapper for every
+// time.Duration flag and environment variable, so a flag added later gets
+// the same reading without asking; a wait that may be `forever` is a Wait.
+//
+// It does not know which flag it parses: kong prefixes its errors with the
+// flag, and the bounds of one flag (a TTL of at least 1s) are that flag's to
+// check.
+package duration
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Max is the longest duration any flag takes: a year.
+const Max = 365 * 24 * time.Hour
+
+// Wait is how long to wait: a duration as Parse reads it, or forever. The zero Wait does not
+// wait at all (as flock -w 0).
+type Wait struct {
+	d       time.Duration
+	forever bool
+}
+
+// Forever waits without limit.
+var Forever = Wait{forever: true}
+
+// For waits at most d.
+func For(d time.Duration) Wait { return Wait{d: d} }
+
+// UnmarshalText parses `forever`, a Go duration or bare seconds.
+func (w *Wait) UnmarshalText(b []byte) error {
+	if string(b) == "forever" {
+		*w = Forever
+		return nil
+	}
+	v, err := Parse(string(b))
+	if err != nil {
+		return err
+	}
+	*w = Wait{d: v}
+	return nil
+}
+
+// Forever reports whether w waits without limit.
+func (w Wait) Forever() bool { return w.forever }
+
+// None reports whether w does not wait at all.
+func (w Wait) None() bool { return !w.forever && w.d == 0 }
+
+// Limit is the longest w waits; it is meaningless when w is Forever.
+func (w Wait) Limit() time.Duration { return w.d }
+
+func (w Wait) String() string {
+	if w.forever {
+		return "forever"
+	}
+	return w.d.String()
+}
+
+var (
+	// bareSeconds is flock(1)'s and timeout(1)'s form: digits with an
+	// optional fraction; no sign, no exponent.
+	bareSeconds = regexp.MustCompile(`^([0-9]+\.?[0-9]*|\.[0-9]+)$`)
+	// goDuration is time.ParseDuration's grammar without a sign: a string
+	// of this shape that ParseDuration still refuses is too large.
+	goDuration = regexp.MustCompile(`^(([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|\x{b5}s|\x{3bc}s|ms|s|m|h))+$`)
+)
+
+const forms = "a Go duration such as 90s or 1m30s, or seconds such as 5 or 0.5"
+
+// Parse reads a Go duration or bare seconds, from 0 to Max.
+func Parse(s string) (time.Duration, error) {
+	switch {
+	case s == "":
+		return 0, errors.New("empty duration: give " + forms)
+	case s == "forever":
+		return 0, errors.New(`"forever" is only for a wait: give ` + forms)
+	case strings.HasPrefix(s, "-"):
+		return 0, fmt.Errorf("%s is negative", s)
+	}
+	form := strings.TrimPrefix(s, "+")
+	switch {
+	case bareSeconds.MatchString(form):
+		form += "s"
+	case !goDuration.MatchString(form):
+		return 0, fmt.Errorf("%q is not a duration: give %s", s, forms)
+	}
+	d, err := time.ParseDuration(form)
+	if err != nil || d > Max {
+		// The shape is right, so ParseDuration failed on its size.
+		return 0, fmt.Errorf("%s is over the limit of a year (8760h)", s)
+	}
+	return d, nil
+}
