@@ -8,55 +8,103 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/internal/unixsock"
 )
 
 // ErrTickRefused: the holder would not take the tick, because the caller is
 // not a process of the command it runs.
 var ErrTickRefused = errors.New("fence: tick refused")
 
-// TickServer is the holder's end of `fencerun tick`: an abstract unix socket
-// with an unguessable name, given to the command as FENCERUN_TICK. A tick is
-// taken only from a peer (by SO_PEERCRED) that is a process of the command's
-// tree, so nothing outside the command can make a wedged holder look alive
-// (R6). The holder then stamps the tick itself: only the holding process
-// writes its record.
+// TickServer is the holder's end of `fencerun tick`: a unix stream socket
+// with an unguessable name in a directory that only the store's users can
+// enter, given to the command as FENCERUN_TICK (a path, so it is reached
+// from any network namespace). A connection is accepted only from a peer
+// (by SO_PEERCRED, read at once on accept) that is a process of the
+// command's tree: any other is answered "refused" and hung up on before it
+// holds a slot, so neither other users (who cannot reach the socket) nor
+// other processes of the same user can make the holder drop its own
+// command's ticks (R6). The holder then stamps the tick itself: only the
+// holding process writes its record.
 type TickServer struct {
-	ln   *net.UnixListener
-	addr string
-	log  hclog.Logger
+	ln    *net.UnixListener
+	dirfd int
+	name  string
+	addr  string
+	log   hclog.Logger
+
+	refusedAt time.Time // rate limit of the refusal warning
+	refused   int       // refusals not logged since
 }
 
-// ListenTicks opens the socket. Connections wait in its backlog until Serve.
-func ListenTicks(log hclog.Logger) (*TickServer, error) {
+// tickPrefix starts the name of every tick socket; TickAddr describes the
+// whole form.
+const tickPrefix = "t-"
+
+// TickMarker is the environment entry that marks the process tree of the
+// command behind tick address addr: FENCERUN_TICK=addr. It is the one place
+// the marker's form is made; IsTickAddr checks an address read back.
+func TickMarker(addr string) string { return "FENCERUN_TICK=" + addr }
+
+// IsTickAddr reports whether addr has the form of a tick address that
+// ListenTicks gives out: an absolute, clean path whose last element is
+// "t-" and 32 lowercase hex digits. Markers read from records should be
+// checked with it before they are searched for.
+func IsTickAddr(addr string) bool {
+	if !filepath.IsAbs(addr) || filepath.Clean(addr) != addr {
+		return false
+	}
+	base := filepath.Base(addr)
+	if !strings.HasPrefix(base, tickPrefix) || len(base) != len(tickPrefix)+32 {
+		return false
+	}
+	for _, c := range base[len(tickPrefix):] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ListenTicks opens the socket in dir, an existing directory that only the
+// store's users can enter (the caller checks that). Connections wait in its
+// backlog until Serve.
+func ListenTicks(dir string, log hclog.Logger) (*TickServer, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("fence: tick socket name: %w", err)
 	}
-	addr := "@fencerun-tick-" + hex.EncodeToString(b[:])
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	name := tickPrefix + hex.EncodeToString(b[:])
+	dirfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
+		return nil, fmt.Errorf("fence: tick socket directory %s: %w", dir, err)
+	}
+	ln, err := unixsock.ListenStream(dirfd, dir, name, 0o600)
+	if err != nil {
+		unix.Close(dirfd)
 		return nil, fmt.Errorf("fence: tick socket: %w", err)
 	}
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &TickServer{ln: ln, addr: addr, log: log}, nil
+	return &TickServer{ln: ln, dirfd: dirfd, name: name, addr: filepath.Join(dir, name), log: log}, nil
 }
 
 // Addr is the value of FENCERUN_TICK.
 func (s *TickServer) Addr() string { return s.addr }
 
 // Serve answers ticks until Close: a peer for which owns(pid) is true gets
-// onTick called and "ok"; any other is refused. It returns nil once closed.
-// Anyone on the host can connect to the socket, so nothing a caller does
-// ends Serve: accept errors (EMFILE, say) are logged and retried with a
-// backoff, and at most maxCallers are answered at once, each for at most
-// callerDeadline; a caller beyond that is hung up on.
+// onTick called and "ok"; any other is refused at once. It returns nil once
+// closed. Nothing a caller does ends Serve: accept errors (EMFILE, say) are
+// logged and retried with a backoff, and at most maxCallers of the tree's
+// processes are answered at once, each for at most callerDeadline; one
+// beyond that is hung up on.
 func (s *TickServer) Serve(owns func(pid int) bool, onTick func(time.Time)) error {
 	callers := make(chan struct{}, maxCallers)
 	backoff := 10 * time.Millisecond
@@ -72,15 +120,38 @@ func (s *TickServer) Serve(owns func(pid int) bool, onTick func(time.Time)) erro
 			continue
 		}
 		backoff = 10 * time.Millisecond
+		pid, err := peerPID(c)
+		if err != nil || !owns(pid) {
+			s.refuse(c, pid, err)
+			continue
+		}
 		select {
 		case callers <- struct{}{}:
 			go func() {
 				defer func() { <-callers }()
-				s.answer(c, owns, onTick)
+				s.answer(c, onTick)
 			}()
 		default:
 			c.Close()
 		}
+	}
+}
+
+// refuse answers a peer that is not of the command's tree, without reading
+// from it or waiting on it, and hangs up. Refusals are logged at most once
+// a second, so that nobody can flood the holder's log.
+func (s *TickServer) refuse(c *net.UnixConn, pid int, err error) {
+	reply := fmt.Sprintf("refused: pid %d is not a process of the command this holder runs", pid)
+	if err != nil {
+		reply = "refused: " + err.Error()
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+	_, _ = c.Write([]byte(reply + "\n"))
+	c.Close()
+	s.refused++
+	if now := time.Now(); now.Sub(s.refusedAt) >= time.Second {
+		s.log.Warn("tick refused", "reason", reply, "refused_since_last_warning", s.refused)
+		s.refusedAt, s.refused = now, 0
 	}
 }
 
@@ -89,7 +160,7 @@ const (
 	callerDeadline = 2 * time.Second
 )
 
-func (s *TickServer) answer(c *net.UnixConn, owns func(pid int) bool, onTick func(time.Time)) {
+func (s *TickServer) answer(c *net.UnixConn, onTick func(time.Time)) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(callerDeadline))
 	// Read the request before answering: closing with it unread would
@@ -98,24 +169,19 @@ func (s *TickServer) answer(c *net.UnixConn, owns func(pid int) bool, onTick fun
 	if err != nil || strings.TrimSpace(req) != "tick" {
 		return
 	}
-	pid, err := peerPID(c)
-	reply := "ok"
-	switch {
-	case err != nil:
-		reply = "refused: " + err.Error()
-	case !owns(pid):
-		reply = fmt.Sprintf("refused: pid %d is not a process of the command this holder runs", pid)
-	default:
-		onTick(time.Now())
-	}
-	if reply != "ok" {
-		s.log.Warn("tick refused", "reason", reply)
-	}
-	_, _ = c.Write([]byte(reply + "\n"))
+	onTick(time.Now())
+	_, _ = c.Write([]byte("ok\n"))
 }
 
-// Close stops Serve.
-func (s *TickServer) Close() error { return s.ln.Close() }
+// Close stops Serve and removes the socket.
+func (s *TickServer) Close() error {
+	err := s.ln.Close()
+	if err == nil {
+		unixsock.Remove(s.dirfd, s.name)
+		unix.Close(s.dirfd)
+	}
+	return err
+}
 
 func peerPID(c *net.UnixConn) (int, error) {
 	rc, err := c.SyscallConn()
@@ -139,11 +205,10 @@ func peerPID(c *net.UnixConn) (int, error) {
 // FENCERUN_TICK) to stamp a liveness tick, and returns once the holder took
 // it, or an error saying why not (ErrTickRefused when the holder refused).
 func SendTick(ctx context.Context, addr string) error {
-	if !strings.HasPrefix(addr, "@fencerun-tick-") {
+	if !IsTickAddr(addr) {
 		return fmt.Errorf("fence: FENCERUN_TICK=%q is not an address fencerun gave out", addr)
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", addr)
+	conn, err := unixsock.Dial(ctx, "unix", addr)
 	if err != nil {
 		return fmt.Errorf("fence: the holder behind FENCERUN_TICK is not there (has it exited?): %w", err)
 	}
@@ -151,11 +216,14 @@ func SendTick(ctx context.Context, addr string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
-	if _, err := conn.Write([]byte("tick\n")); err != nil {
-		return fmt.Errorf("fence: tick: %w", err)
-	}
+	// A refusal may come before the request is read: look for the answer
+	// even when the write fails.
+	_, werr := conn.Write([]byte("tick\n"))
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil {
+		if werr != nil {
+			return fmt.Errorf("fence: tick: %w", werr)
+		}
 		return fmt.Errorf("fence: tick: no answer from the holder: %w", err)
 	}
 	line = strings.TrimSpace(line)

@@ -1,16 +1,24 @@
 package fence
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencerun/fencerun/internal/unixsock"
 )
 
 func TestTickTakenOnlyFromTheCommandsTree(t *testing.T) {
-	s, err := ListenTicks(nil)
+	s, err := ListenTicks(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +62,7 @@ func TestTickWithNoHolder(t *testing.T) {
 	if err := SendTick(ctx, "/tmp/somewhere"); err == nil || !strings.Contains(err.Error(), "not an address fencerun gave out") {
 		t.Errorf("foreign address: %v", err)
 	}
-	s, err := ListenTicks(nil)
+	s, err := ListenTicks(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,5 +70,125 @@ func TestTickWithNoHolder(t *testing.T) {
 	s.Close()
 	if err := SendTick(ctx, addr); err == nil || !strings.Contains(err.Error(), "not there") {
 		t.Errorf("closed holder: %v", err)
+	}
+}
+
+// A process that is not of the command's tree is hung up on at accept,
+// before it holds a slot: however many idle connections it keeps open, the
+// tree's ticks go through (the flood that made a healthy worker stuck).
+func TestIdleStrangersDoNotStarveTheTree(t *testing.T) {
+	if os.Getenv("FENCERUN_TEST_FLOOD") != "" {
+		floodMain()
+		return
+	}
+	dir := t.TempDir()
+	s, err := ListenTicks(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ticked := make(chan time.Time, 1)
+	self := os.Getpid()
+	go s.Serve(func(pid int) bool { return pid == self }, func(at time.Time) {
+		select {
+		case ticked <- at:
+		default:
+		}
+	})
+
+	flood := exec.Command(os.Args[0], "-test.run=^TestIdleStrangersDoNotStarveTheTree$")
+	flood.Env = append(os.Environ(), "FENCERUN_TEST_FLOOD="+s.Addr())
+	out, err := flood.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := flood.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { flood.Process.Kill(); flood.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "connected ") {
+		t.Fatalf("flood helper: %q, %v", line, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "connected ")))
+	if n < 4*maxCallers {
+		t.Fatalf("the helper opened only %d connections", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	for i := range 3 {
+		if err := SendTick(ctx, s.Addr()); err != nil {
+			t.Fatalf("tick %d with %d idle strangers connected: %v", i, n, err)
+		}
+		recv(t, ticked, "the tick")
+	}
+}
+
+// floodMain opens many connections to the tick socket, answers how many
+// it has open, and keeps them idle until killed.
+func floodMain() {
+	addr := os.Getenv("FENCERUN_TEST_FLOOD")
+	var conns []net.Conn
+	for range 100 {
+		c, err := unixsock.Dial(context.Background(), "unix", addr)
+		if err != nil {
+			break
+		}
+		conns = append(conns, c)
+	}
+	fmt.Printf("connected %d\n", len(conns))
+	select {}
+}
+
+// The tick address is a path whatever the directory's length: past
+// sun_path's 107 bytes it is reached through the directory's descriptor.
+func TestTickSocketInADeepDirectory(t *testing.T) {
+	dir := t.TempDir()
+	for len(dir) < 200 {
+		dir = filepath.Join(dir, strings.Repeat("d", 40))
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ListenTicks(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !IsTickAddr(s.Addr()) || !strings.HasPrefix(s.Addr(), dir+"/") {
+		t.Fatalf("address %q", s.Addr())
+	}
+	ticked := make(chan time.Time, 1)
+	go s.Serve(func(int) bool { return true }, func(at time.Time) { ticked <- at })
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if err := SendTick(ctx, s.Addr()); err != nil {
+		t.Fatalf("tick over a %d-byte path: %v", len(s.Addr()), err)
+	}
+	recv(t, ticked, "the tick")
+	s.Close()
+	if _, err := os.Lstat(s.Addr()); !os.IsNotExist(err) {
+		t.Errorf("socket left behind: %v", err)
+	}
+}
+
+func TestIsTickAddr(t *testing.T) {
+	good := "/var/lib/fencerun/ticks/t-0123456789abcdef0123456789abcdef"
+	for addr, want := range map[string]bool{
+		good: true,
+		"@fencerun-tick-0123456789abcdef0123456789abcdef": false,
+		"ticks/t-0123456789abcdef0123456789abcdef":        false,
+		"/x/../ticks/t-0123456789abcdef0123456789abcdef":  false,
+		"/ticks/t-0123456789ABCDEF0123456789abcdef":       false,
+		"/ticks/t-0123456789abcdef0123456789abcde":        false,
+		"/ticks/x-0123456789abcdef0123456789abcdef":       false,
+		"/ticks/t-0123456789abcdef0123456789abcdef/":      false,
+	} {
+		if got := IsTickAddr(addr); got != want {
+			t.Errorf("IsTickAddr(%q) = %v", addr, got)
+		}
+	}
+	if m := TickMarker(good); m != "FENCERUN_TICK="+good {
+		t.Errorf("TickMarker = %q", m)
 	}
 }

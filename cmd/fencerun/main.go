@@ -37,7 +37,8 @@ type Globals struct {
 	LogLevel  string `default:"warn" enum:"error,warn,info,debug,trace" help:"Log level: error, warn, info, debug, trace. Logs go to stderr only."`
 	LogFormat string `default:"text" enum:"text,json" help:"Log format: text, or json (one object a line)."`
 
-	log hclog.Logger
+	log     hclog.Logger
+	backend store.Store // opened by run, for the tick socket and the lease
 }
 
 // CLI is fencerun's command line.
@@ -163,6 +164,9 @@ var durationMapper = kong.MapperFunc(func(ctx *kong.DecodeContext, target reflec
 // take a lease create a missing state root (create); the others get an
 // error wrapping filestore.ErrNoState, which they report as nothing there.
 func (g *Globals) openStore(create bool) (store.Store, error) {
+	if g.backend != nil {
+		return g.backend, nil
+	}
 	if g.Etcd != "" {
 		return nil, usage("--etcd %s: the etcd backend is not built yet; only the embedded file backend is", g.Etcd)
 	}
@@ -179,6 +183,9 @@ func (g *Globals) openStore(create bool) (store.Store, error) {
 	}
 	if err != nil {
 		return nil, fail(supervisor.ExitFailed, "%v", err)
+	}
+	if create {
+		g.backend = s
 	}
 	return s, nil
 }

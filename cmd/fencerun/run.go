@@ -151,9 +151,9 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	ticks, err := fence.ListenTicks(log.Named("tick"))
+	ticks, err := g.listenTicks(log.Named("tick"))
 	if err != nil {
-		return fail(supervisor.ExitFailed, "%v", err)
+		return err
 	}
 	defer ticks.Close()
 	claim := store.Claim{
@@ -161,7 +161,7 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		Reason: r.Reason,
 		TTL:    r.TTL,
 		Wait:   !r.wait().None(),
-		Marker: "FENCERUN_TICK=" + ticks.Addr(),
+		Marker: fence.TickMarker(ticks.Addr()),
 	}
 
 	lease, env, err := r.acquireUnlessSignalled(ctx, g, claim, path, stopSig, sigs)

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -57,4 +59,27 @@ func (VersionCmd) Run() error {
 	}
 	fmt.Printf("fencerun %s\ngo %s %s/%s\nrevision %s%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH, rev, modified)
 	return nil
+}
+
+// listenTicks opens the holder's tick socket in the state root's private
+// tick directory (a path socket: reached from any network namespace, and
+// only by the store's users), creating the root as run does anyway.
+func (g *Globals) listenTicks(log hclog.Logger) (*fence.TickServer, error) {
+	backend, err := g.openStore(true)
+	if err != nil {
+		return nil, err
+	}
+	fs, ok := backend.(interface{ TickDir() (string, error) })
+	if !ok {
+		return nil, fail(supervisor.ExitFailed, "this backend has no directory for tick sockets")
+	}
+	dir, err := fs.TickDir()
+	if err != nil {
+		return nil, fail(supervisor.ExitFailed, "%v", err)
+	}
+	ticks, err := fence.ListenTicks(dir, log)
+	if err != nil {
+		return nil, fail(supervisor.ExitFailed, "%v", err)
+	}
+	return ticks, nil
 }

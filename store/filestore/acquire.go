@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -208,7 +209,7 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 	}
 	// Listen before writing, so that no revocation or cancel after the
 	// write can miss us.
-	n, err := listenNotify()
+	n, err := listenNotify(a.kd, fileMode)
 	if err != nil {
 		unix.Close(live)
 		return nil, err
@@ -258,6 +259,9 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 		return nil, err
 	}
 	a.leave()
+	if rec.Holder != nil && isNotifyName(rec.Holder.Notify) {
+		unixsock.Remove(a.kd.fd, rec.Holder.Notify) // the dead holder's socket
+	}
 	if err := unix.Unlinkat(a.kd.fd, cancelFile, 0); err != nil && err != unix.ENOENT {
 		a.s.log.Warn("cannot remove an old cancel request", "path", a.kd.join(cancelFile), "error", err)
 	}

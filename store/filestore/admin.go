@@ -211,7 +211,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		if _, err := writeAtomic(kd, leaseFile, fresh.marshal(), writeOpts{durable: true}); err != nil {
 			return false, err
 		}
-		poke(salvageNotify(data), s.log) // a holder may still run under it
+		poke(kd, salvageNotify(data), s.log) // a holder may still run under it
 		s.log.Warn("cleared a corrupt lease record", "key", key, "cause", err, "fence", fence)
 		return true, nil
 	}
@@ -226,7 +226,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		if _, err := writeAtomic(kd, leaseFile, rec.marshal(), writeOpts{}); err != nil {
 			return false, err
 		}
-		poke(rec.Holder.Notify, s.log)
+		poke(kd, rec.Holder.Notify, s.log)
 		s.log.Info("revoked", "key", key, "fence", rec.Fence, "pid", rec.Holder.PID)
 		return true, nil
 	case rec.Revoked && rec.Holder != nil:
@@ -358,7 +358,7 @@ func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
 	if _, err := writeAtomic(kd, cancelFile, formatCancel(rec.Fence), writeOpts{}); err != nil {
 		return false, err
 	}
-	poke(rec.Holder.Notify, s.log)
+	poke(kd, rec.Holder.Notify, s.log)
 	s.log.Info("asked the holder to cancel", "key", key, "fence", rec.Fence, "pid", rec.Holder.PID)
 	return true, nil
 }

@@ -30,6 +30,8 @@ func snapshot(t *testing.T, root string) map[string]string {
 			m[path] = "symlink to " + target
 		case d.IsDir():
 			m[path] = "dir"
+		case d.Type()&fs.ModeSocket != 0:
+			m[path] = "socket" // a holder's notification socket
 		default:
 			b, err := os.ReadFile(path)
 			if err != nil {

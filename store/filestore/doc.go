@@ -30,8 +30,10 @@
 //     release, a death or a departure drops that lock and wakes exactly the
 //     next waiter, at once: no polling, no timer.
 //   - A holder hears of a revocation or a cancel request at once: Revoke and
-//     Cancel send a datagram to an abstract unix socket named in its record
-//     (see notify_linux.go), and the holder's Check reads the record.
+//     Cancel send a datagram to a unix socket in the key directory named in
+//     its record (see notify_linux.go), and the holder's Check reads the
+//     record. Only the store's users can reach it, from any network
+//     namespace.
 //   - Corrupt state fails closed: an unreadable record or queue entry is an
 //     error wrapping store.ErrCorrupt naming the file, and nothing is
 //     overwritten until Revoke clears it. Nothing in the root is followed
@@ -58,8 +60,8 @@
 //     thread and one descriptor, until that lock is next released, then
 //     drops it at once. A process that exits after giving up (fencerun)
 //     does not notice.
-//   - Prompt news of changes made by hand, or from another network
-//     namespace: the holder sees those at its next renewal.
+//   - Prompt news of changes made by hand to the files: the holder sees
+//     those at its next renewal.
 //   - Durability of anything but the fence: after a crash a release or a
 //     renewal may be lost, which only makes the holder look dead, which it
 //     is.

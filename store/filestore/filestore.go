@@ -45,7 +45,8 @@ type Store struct {
 	now  func() time.Time
 	host string
 
-	mu     sync.RWMutex // guards keys.fd against Close
+	mu     sync.RWMutex // guards keys.fd and top.fd against Close
+	top    dir          // the root, open for the life of the Store
 	keys   dir          // <root>/keys, open for the life of the Store
 	closed bool
 }
@@ -94,18 +95,20 @@ func Open(root string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("filestore: open state directory %s: %w", root, err)
 	}
 	rootDir := dir{fd: fd, path: root}
-	defer rootDir.close()
 	if err := checkOwned(fd, root); err != nil {
+		rootDir.close()
 		return nil, err
 	}
 	keys, err := openDir(rootDir, "keys", !opts.MustExist)
 	if errors.Is(err, fs.ErrNotExist) && opts.MustExist {
+		rootDir.close()
 		return nil, fmt.Errorf("%w: state directory %s has no keys yet", ErrNoState, root)
 	}
 	if err != nil {
+		rootDir.close()
 		return nil, err
 	}
-	s := &Store{root: root, keys: keys, now: opts.Now, log: opts.Logger}
+	s := &Store{root: root, top: rootDir, keys: keys, now: opts.Now, log: opts.Logger}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -128,8 +131,27 @@ func (s *Store) Close() error {
 	if !s.closed {
 		s.closed = true
 		s.keys.close()
+		s.top.close()
 	}
 	return nil
+}
+
+// TickDir is the directory for the tick sockets of commands run under
+// this store (<root>/ticks), created if missing, as private as the rest of
+// the state: only the store's users can enter it, so only they can reach a
+// socket in it (S9).
+func (s *Store) TickDir() (string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return "", ErrClosed
+	}
+	d, err := openDir(s.top, ticksDir, true)
+	if err != nil {
+		return "", err
+	}
+	d.close()
+	return d.path, nil
 }
 
 // keyDir opens the directory of key, creating it with create. A missing
@@ -205,3 +227,6 @@ const (
 	cancelFile = "cancel"
 	queueDir   = "queue"
 )
+
+// ticksDir is the root's directory of tick sockets (TickDir).
+const ticksDir = "ticks"

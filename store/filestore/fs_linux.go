@@ -30,6 +30,10 @@ func (d dir) close() {
 	}
 }
 
+// fileMode is the mode of state files: set explicitly, never left to the
+// umask.
+const fileMode = 0o600
+
 // maxFileSize bounds what is read from a state file: records and queue
 // entries are a few hundred bytes; anything much larger is not one.
 const maxFileSize = 64 << 10

@@ -1,0 +1,123 @@
+// Package unixsock binds and reaches unix sockets by file system path, for
+// fencerun's tick and notification channels.
+//
+// Path sockets, unlike abstract ones, are guarded by the permissions of the
+// directory they live in (a 0700 or 2770 state directory: nobody but its
+// users can even connect), and are reached from any network namespace that
+// shares the file system. sun_path holds at most 107 bytes; a longer path is
+// reached through /proc/self/fd/N/NAME, N being a descriptor of the
+// socket's directory, which the kernel resolves like any other path. That
+// needs /proc: without it, only paths that fit work.
+//
+// What it does not do: it does not check who connects. The directory's
+// permissions decide who can; callers that need more (the tick socket)
+// check SO_PEERCRED themselves.
+package unixsock
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxPath is the longest path bind and connect take (sun_path less its NUL).
+const maxPath = 107
+
+// Addr is the address at which bind and connect find name in the directory
+// open as dirfd, whose path is dir: the path itself when it fits in
+// sun_path, else /proc/self/fd/N/name, valid while dirfd is open.
+func Addr(dirfd int, dir, name string) (string, error) {
+	if p := dir + "/" + name; len(p) <= maxPath {
+		return p, nil
+	}
+	p := "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + name
+	if len(p) > maxPath {
+		return "", fmt.Errorf("unixsock: socket name %q is too long", name)
+	}
+	return p, nil
+}
+
+// ListenStream binds a stream socket at name in the directory open as
+// dirfd (path dir), its file's mode set to mode explicitly (never left to
+// the umask). The socket file is not removed on close: Remove it.
+func ListenStream(dirfd int, dir, name string, mode uint32) (*net.UnixListener, error) {
+	var ln *net.UnixListener
+	err := listen(dirfd, dir, name, mode, func(addr string) (io.Closer, error) {
+		var err error
+		ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+		if err == nil {
+			ln.SetUnlinkOnClose(false) // addr may name another file by then
+		}
+		return ln, err
+	})
+	return ln, err
+}
+
+// ListenPacket binds a datagram socket as ListenStream binds a stream one.
+func ListenPacket(dirfd int, dir, name string, mode uint32) (*net.UnixConn, error) {
+	var c *net.UnixConn
+	err := listen(dirfd, dir, name, mode, func(addr string) (io.Closer, error) {
+		var err error
+		c, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: addr, Net: "unixgram"})
+		return c, err
+	})
+	return c, err
+}
+
+func listen(dirfd int, dir, name string, mode uint32, bind func(addr string) (io.Closer, error)) error {
+	addr, err := Addr(dirfd, dir, name)
+	if err != nil {
+		return err
+	}
+	path := dir + "/" + name
+	c, err := bind(addr)
+	if err != nil {
+		return fmt.Errorf("unixsock: listen on %s: %w", path, err)
+	}
+	if err := unix.Fchmodat(dirfd, name, mode, 0); err != nil {
+		c.Close()
+		unix.Unlinkat(dirfd, name, 0)
+		return fmt.Errorf("unixsock: chmod %s: %w", path, err)
+	}
+	return nil
+}
+
+// Remove unlinks the socket file name in the directory open as dirfd, if
+// it is a socket.
+func Remove(dirfd int, name string) {
+	var st unix.Stat_t
+	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		unix.Unlinkat(dirfd, name, 0)
+	}
+}
+
+// Dial connects to the socket at path (absolute), however long it is.
+func Dial(ctx context.Context, network, path string) (net.Conn, error) {
+	dir, name := filepath.Split(path)
+	dir = filepath.Clean(dir)
+	dirfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("unixsock: open %s: %w", dir, err)
+	}
+	defer unix.Close(dirfd) // connect has resolved the path by then
+	return DialAt(ctx, network, dirfd, dir, name)
+}
+
+// DialAt connects to the socket name in the directory open as dirfd.
+func DialAt(ctx context.Context, network string, dirfd int, dir, name string) (net.Conn, error) {
+	addr, err := Addr(dirfd, dir, name)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("unixsock: connect to %s/%s: %w", dir, name, err)
+	}
+	return c, nil
+}
