@@ -1,0 +1,354 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// desc is a contender's side record: who it is, for status.
+type desc struct {
+	Name       string    `json:"name"`
+	PID        int       `json:"pid"`
+	Host       string    `json:"host"`
+	Reason     string    `json:"reason,omitempty"`
+	Acquired   time.Time `json:"acquired"`
+	CommandPID int       `json:"command_pid,omitempty"`
+	LastTick   time.Time `json:"last_tick,omitzero"`
+}
+
+// leftover is a holder's command tree, kept until it is known gone.
+type leftover struct {
+	Marker string `json:"marker"`
+	Host   string `json:"host"`
+	Name   string `json:"name"`
+	PID    int    `json:"pid"`
+	Fence  uint64 `json:"fence"`
+}
+
+// Acquire takes the lease on key (see store.Store): a new etcd lease, and
+// one transaction that puts the contender key "key/<lease>" and its
+// description and, when no other contender exists, the leftover record.
+// A waiter keeps its lease alive and waits, as concurrency.Mutex does, for
+// the deletion of every contender created before it.
+func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (store.Lease, *store.Holder, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return nil, nil, err
+	}
+	if claim.TTL < MinTTL {
+		return nil, nil, fmt.Errorf("etcdstore: ttl %v is under etcd's minimum of %v", claim.TTL, MinTTL)
+	}
+	if claim.PID == 0 {
+		claim.PID = os.Getpid()
+	}
+	if claim.Host == "" {
+		claim.Host = s.host
+	}
+	if claim.Clock == nil {
+		claim.Clock = store.BootTime
+	}
+	a := &acquirer{s: s, key: key, claim: claim}
+	l, h, err := a.acquire(ctx)
+	if l != nil {
+		return l, nil, nil
+	}
+	if a.id != 0 {
+		// Whatever was put goes with the lease: nothing is left on etcd.
+		rctx, cancel := s.op(context.WithoutCancel(ctx))
+		if _, rerr := s.c.Revoke(rctx, a.id); rerr != nil {
+			s.log.Warn("could not revoke the lease of a failed acquisition; it expires by itself", "lease", leaseHex(a.id), "error", rerr)
+		}
+		cancel()
+	}
+	return nil, h, err
+}
+
+type acquirer struct {
+	s     *Store
+	key   string
+	claim store.Claim
+	id    clientv3.LeaseID
+	term  store.Term
+	myKey string
+	rev   int64 // create revision of myKey: the fence
+	desc  desc
+}
+
+func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
+	s := a.s
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("etcdstore: acquire %q: %w", a.key, context.Cause(ctx))
+	}
+	octx, cancel := s.op(ctx)
+	start := a.claim.Clock()
+	g, err := s.c.Grant(octx, ttlSeconds(a.claim.TTL))
+	cancel()
+	if err != nil {
+		return nil, nil, s.fail("grant a lease", orCause(ctx, err))
+	}
+	a.id = g.ID
+	a.term = store.Term{Start: start, TTL: time.Duration(g.TTL) * time.Second}
+	a.myKey = prefixOf(a.key) + leaseHex(g.ID)
+	a.desc = desc{Name: a.claim.Name, PID: a.claim.PID, Host: a.claim.Host, Reason: a.claim.Reason, Acquired: time.Now()}
+	d, _ := json.Marshal(a.desc)
+	pfx := prefixOf(a.key)
+	puts := []clientv3.Op{
+		clientv3.OpPut(a.myKey, "", clientv3.WithLease(g.ID)),
+		clientv3.OpPut(descKey(g.ID), string(d), clientv3.WithLease(g.ID)),
+	}
+	// Alone under the prefix: hold at once, in this one transaction.
+	alone := clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()
+	octx, cancel = s.op(ctx)
+	resp, err := s.c.Txn(octx).If(alone).
+		Then(append(slices.Clone(puts), a.leftoverPut(0), clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix()))...).
+		Else(append(puts, clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))...).
+		Commit()
+	cancel()
+	if err != nil {
+		return nil, nil, s.fail("put "+a.myKey, orCause(ctx, err))
+	}
+	a.rev = resp.Header.Revision
+	if resp.Succeeded {
+		// The leftover record was put with the key: its create revision
+		// is the fence.
+		return a.held(resp.Header.Revision, resp.Responses[3].GetResponseRange().Kvs)
+	}
+	owner := resp.Responses[2].GetResponseRange().Kvs
+	if len(owner) > 0 && owner[0].CreateRevision == a.rev {
+		return a.confirm(ctx) // the others left meanwhile
+	}
+	if !a.claim.Wait {
+		h, err := s.describe(ctx, owner[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, h, nil
+	}
+	if err := a.wait(ctx); err != nil {
+		return nil, nil, err
+	}
+	return a.confirm(ctx)
+}
+
+// orCause prefers the caller's reason (a signal, --wait) to the error it
+// caused.
+func orCause(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+func (a *acquirer) leftoverPut(fence uint64) clientv3.Op {
+	data, _ := json.Marshal(leftover{Marker: a.claim.Marker, Host: a.claim.Host, Name: a.claim.Name, PID: a.claim.PID, Fence: fence})
+	return clientv3.OpPut(leftoverKey(a.key, a.id), string(data))
+}
+
+// wait keeps the lease alive and waits until every contender created
+// before ours is gone. Its deletions are watched, as concurrency.Mutex's
+// waitDeletes does; a lost watch is started again.
+func (a *acquirer) wait(ctx context.Context) error {
+	s := a.s
+	kctx, stopKeep := context.WithCancel(ctx)
+	defer stopKeep()
+	kept, err := s.c.KeepAlive(kctx, a.id)
+	if err != nil {
+		return s.fail("keep the waiting lease alive", orCause(ctx, err))
+	}
+	go func() {
+		for range kept { // the client sends; responses only need draining
+		}
+	}()
+	s.log.Debug("waiting for the lease", "key", a.key, "lease", leaseHex(a.id))
+	for {
+		octx, cancel := s.op(ctx)
+		resp, err := s.c.Get(octx, prefixOf(a.key), append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(a.rev-1))...)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
+			}
+			return s.fail("read the waiters of "+a.key, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		if err := a.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Header.Revision); err != nil {
+			return err
+		}
+	}
+}
+
+// waitDelete returns once key is deleted after revision rev, or the watch
+// ended (the caller reads again), or ctx ended.
+func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range a.s.c.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if wr.Err() != nil {
+			break
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return nil
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
+	}
+	// A watch ended by a lost leader: read again, after a breath, so a
+	// cluster without a leader is not hammered.
+	select {
+	case <-time.After(100 * time.Millisecond):
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
+	}
+}
+
+// confirm makes sure, after a wait, that our key is still there with its
+// create revision and is the first under the prefix (etcd#11456), keeps the
+// lease alive once to learn its term, and records the leftovers.
+func (a *acquirer) confirm(ctx context.Context) (*Lease, *store.Holder, error) {
+	s := a.s
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	start := a.claim.Clock()
+	ka, err := s.c.KeepAliveOnce(octx, a.id)
+	if err != nil {
+		return nil, nil, s.fail("keep the lease alive", orCause(ctx, err))
+	}
+	a.term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
+	mine := clientv3.Compare(clientv3.CreateRevision(a.myKey), "=", a.rev)
+	resp, err := s.c.Txn(octx).If(mine).
+		Then(clientv3.OpGet(prefixOf(a.key), clientv3.WithFirstCreate()...), a.leftoverPut(uint64(a.rev)),
+			clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix())).
+		Commit()
+	if err != nil {
+		return nil, nil, s.fail("confirm "+a.myKey, orCause(ctx, err))
+	}
+	if !resp.Succeeded {
+		return nil, nil, fmt.Errorf("etcdstore: %s was deleted or its lease expired while it waited", a.myKey)
+	}
+	first := resp.Responses[0].GetResponseRange().Kvs
+	if len(first) == 0 || first[0].CreateRevision != a.rev {
+		return nil, nil, fmt.Errorf("etcdstore: %s: a contender older than ours appeared while waiting", a.myKey)
+	}
+	return a.held(resp.Header.Revision, resp.Responses[2].GetResponseRange().Kvs)
+}
+
+// held makes the Lease once ownership is confirmed at header revision
+// confirmed; records are the key's leftover records read with it.
+func (a *acquirer) held(confirmed int64, records []*mvccpb.KeyValue) (*Lease, *store.Holder, error) {
+	l := &Lease{
+		s: a.s, key: a.key, myKey: a.myKey, id: a.id, rev: a.rev, confirmed: confirmed,
+		ttl: a.term.TTL, clock: a.claim.Clock, term: a.term, host: a.claim.Host,
+		changes: make(chan struct{}, 1), desc: a.desc,
+	}
+	l.pred, l.predKeys = predecessor(records, leftoverKey(a.key, a.id), a.claim.Host)
+	l.watch()
+	a.s.log.Debug("acquired", "key", a.key, "fence", a.rev, "lease", leaseHex(a.id))
+	return l, nil, nil
+}
+
+// predecessor describes the trees dead (or revoked) holders left, from
+// their leftover records other than ours: the newest is the predecessor,
+// every marker is a tree to stop. Only records of this host can be
+// confirmed stopped here (keys lists them).
+func predecessor(records []*mvccpb.KeyValue, own, host string) (*store.Holder, []string) {
+	var (
+		p    *store.Holder
+		keys []string
+		all  []string
+	)
+	for _, kv := range records {
+		if string(kv.Key) == own {
+			continue
+		}
+		var r leftover
+		if json.Unmarshal(kv.Value, &r) != nil || r.Marker == "" {
+			continue
+		}
+		if r.Host == host {
+			keys = append(keys, string(kv.Key))
+		}
+		all = append(all, r.Marker)
+		fence := r.Fence
+		if fence == 0 {
+			fence = uint64(kv.CreateRevision)
+		}
+		if p == nil || fence > p.Fence {
+			p = &store.Holder{Name: r.Name, PID: r.PID, Host: r.Host, Fence: fence, Marker: r.Marker}
+		}
+	}
+	if p != nil {
+		p.Leftovers = all
+	}
+	return p, keys
+}
+
+// describe is the Holder of a contender key, from its description when it
+// is fencerun's.
+func (s *Store) describe(ctx context.Context, kv *mvccpb.KeyValue) (*store.Holder, error) {
+	hs, err := s.describeAll(ctx, []*mvccpb.KeyValue{kv})
+	if err != nil {
+		return nil, err
+	}
+	return &hs[0], nil
+}
+
+// describeAll reads the descriptions of contender keys in one transaction
+// (a few, past etcd's limit of operations in one).
+func (s *Store) describeAll(ctx context.Context, kvs []*mvccpb.KeyValue) ([]store.Holder, error) {
+	var ops []clientv3.Op
+	for _, kv := range kvs {
+		id := clientv3.LeaseID(kv.Lease)
+		ops = append(ops, clientv3.OpGet(descKey(id)), clientv3.OpGet(cancelKey(id), clientv3.WithCountOnly()))
+	}
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	var rs []*pb.RangeResponse
+	for chunk := range slices.Chunk(ops, 64) {
+		resp, err := s.c.Txn(octx).Then(chunk...).Commit()
+		if err != nil {
+			return nil, s.fail("read descriptions", err)
+		}
+		for _, r := range resp.Responses {
+			rs = append(rs, r.GetResponseRange())
+		}
+	}
+	out := make([]store.Holder, len(kvs))
+	for i, kv := range kvs {
+		h := store.Holder{Name: notFencerun, Fence: uint64(kv.CreateRevision)}
+		if d := rs[2*i]; len(d.Kvs) > 0 {
+			var r desc
+			if json.Unmarshal(d.Kvs[0].Value, &r) == nil {
+				h.Name, h.PID, h.Host, h.Reason, h.Acquired = r.Name, r.PID, r.Host, r.Reason, r.Acquired
+				h.CommandPID, h.LastTick = r.CommandPID, r.LastTick
+			}
+		}
+		h.Cancel = rs[2*i+1].Count > 0
+		out[i] = h
+	}
+	return out, nil
+}
+
+// notFencerun names a contender without a description: etcdctl lock, or
+// another concurrency.Mutex.
+const notFencerun = "(etcd mutex, not fencerun)"
+
+func parseLease(s string) (clientv3.LeaseID, bool) {
+	n, err := strconv.ParseInt(s, 16, 64)
+	return clientv3.LeaseID(n), err == nil && n != 0
+}

@@ -1,0 +1,235 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// contenders reads every key under key's prefix, oldest first: the holder,
+// then the waiters, as concurrency.Mutex orders them.
+func (s *Store) contenders(ctx context.Context, key string) ([]*mvccpb.KeyValue, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.c.Get(octx, prefixOf(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, s.fail("read "+prefixOf(key), err)
+	}
+	return resp.Kvs, nil
+}
+
+// Status reads one key (see store.Store): its holder and waiters, with the
+// descriptions of fencerun's and the lease's remaining time as expiry.
+// Contenders that are not fencerun's (etcdctl lock) are shown too.
+func (s *Store) Status(ctx context.Context, key string) (*store.Status, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	kvs, err := s.contenders(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return s.status(ctx, key, kvs)
+}
+
+func (s *Store) status(ctx context.Context, key string, kvs []*mvccpb.KeyValue) (*store.Status, error) {
+	st := &store.Status{Key: key, State: store.Free, Waiters: []store.Holder{}}
+	if len(kvs) == 0 {
+		return st, nil
+	}
+	hs, err := s.describeAll(ctx, kvs)
+	if err != nil {
+		return nil, err
+	}
+	st.State, st.Holder, st.Waiters = store.Held, &hs[0], hs[1:]
+	if id := clientv3.LeaseID(kvs[0].Lease); id != 0 {
+		octx, cancel := s.op(ctx)
+		ttl, err := s.c.TimeToLive(octx, id)
+		cancel()
+		if err == nil && ttl.TTL > 0 {
+			st.Holder.Expires = time.Now().Add(time.Duration(ttl.TTL) * time.Second)
+		}
+	}
+	return st, nil
+}
+
+// List reads every lock on the cluster, fencerun's and etcdctl lock's
+// alike, sorted by name: every key "NAME/<hex>" attached to the lease
+// <hex> is a contender for NAME. A nested key "a/b/<lease>" is listed
+// under "a/b" (and blocks "a" too, which Status of "a" shows).
+func (s *Store) List(ctx context.Context) ([]store.Status, error) {
+	octx, cancel := s.op(ctx)
+	resp, err := s.c.Get(octx, "\x00", clientv3.WithFromKey(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	cancel()
+	if err != nil {
+		return nil, s.fail("list keys", err)
+	}
+	byName := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range resp.Kvs {
+		name, ok := lockName(kv)
+		if ok {
+			byName[name] = append(byName[name], kv)
+		}
+	}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]store.Status, 0, len(names))
+	for _, n := range names {
+		st, err := s.status(ctx, n, byName[n])
+		if err != nil {
+			st = &store.Status{Key: n, State: store.Corrupt, Waiters: []store.Holder{}, Err: err}
+		}
+		out = append(out, *st)
+	}
+	return out, nil
+}
+
+// lockName is the lock a key contends for, if it is a lock contender: its
+// last element is the hex of the lease it is attached to.
+func lockName(kv *mvccpb.KeyValue) (string, bool) {
+	k := string(kv.Key)
+	i := strings.LastIndexByte(k, '/')
+	if kv.Lease == 0 || i <= 0 || strings.HasPrefix(k, side) {
+		return "", false
+	}
+	id, ok := parseLease(k[i+1:])
+	return k[:i], ok && int64(id) == kv.Lease
+}
+
+// Revoke revokes the holder's etcd lease (release --force): its keys go,
+// its watch sees the deletion, and the next waiter holds at once. A holder
+// key on no lease is deleted instead.
+func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return false, err
+	}
+	kvs, err := s.contenders(ctx, key)
+	if err != nil || len(kvs) == 0 {
+		return false, err
+	}
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	h := kvs[0]
+	if h.Lease == 0 {
+		_, err = s.c.Delete(octx, string(h.Key))
+	} else if _, err = s.c.Revoke(octx, clientv3.LeaseID(h.Lease)); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		err = nil // it expired meanwhile
+	}
+	if err != nil {
+		return false, s.fail("revoke "+string(h.Key), err)
+	}
+	s.log.Info("revoked", "key", key, "holder", string(h.Key), "fence", h.CreateRevision)
+	return true, nil
+}
+
+// Cancel puts a cancel request for the holder, on the holder's lease, if
+// the holder key is still the one read.
+func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return false, err
+	}
+	kvs, err := s.contenders(ctx, key)
+	if err != nil || len(kvs) == 0 {
+		return false, err
+	}
+	h := kvs[0]
+	id := clientv3.LeaseID(h.Lease)
+	if id == 0 {
+		return false, fmt.Errorf("etcdstore: %s is on no lease: not a holder that can be asked to stop", h.Key)
+	}
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	still := clientv3.Compare(clientv3.CreateRevision(string(h.Key)), "=", h.CreateRevision)
+	resp, err := s.c.Txn(octx).If(still).Then(clientv3.OpPut(cancelKey(id), "", clientv3.WithLease(id))).Commit()
+	if err != nil {
+		return false, s.fail("cancel "+string(h.Key), err)
+	}
+	return resp.Succeeded, nil
+}
+
+// Prune revokes the leases of this host's contenders whose process is
+// gone: dead waiters, and holders that died before their lease expired.
+// Leftover records stay: they are what the next holder stops. It never
+// touches another host's contenders, nor one that is not fencerun's.
+func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
+	out := []store.Pruned{}
+	octx, cancel := s.op(ctx)
+	resp, err := s.c.Get(octx, side+"desc/", clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return nil, s.fail("read descriptions", err)
+	}
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Which key, and whether holding, each lease contends for.
+	type role struct {
+		key    string
+		holder bool
+	}
+	roles := map[string]role{}
+	for _, st := range all {
+		kvs, err := s.contenders(ctx, st.Key)
+		if err != nil {
+			return nil, err
+		}
+		for i, kv := range kvs {
+			roles[leaseHex(clientv3.LeaseID(kv.Lease))] = role{st.Key, i == 0}
+		}
+	}
+	for _, kv := range resp.Kvs {
+		var d desc
+		if json.Unmarshal(kv.Value, &d) != nil || d.Host != s.host || alive(d.PID) {
+			continue
+		}
+		hex := strings.TrimPrefix(string(kv.Key), side+"desc/")
+		id, ok := parseLease(hex)
+		if !ok {
+			continue
+		}
+		octx, cancel := s.op(ctx)
+		_, err := s.c.Revoke(octx, id)
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return out, s.fail("revoke the lease of dead pid "+fmt.Sprint(d.PID), err)
+		}
+		r := roles[hex]
+		what := "dead waiter"
+		if r.holder {
+			what = "expired lease"
+		}
+		out = append(out, store.Pruned{Key: r.key, What: what, Path: prefixOf(r.key) + hex})
+	}
+	return out, nil
+}
+
+// alive says whether pid runs on this host (a zombie does not).
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}

@@ -1,0 +1,57 @@
+// Package etcdstore is fencerun's etcd backend: the store contract kept on
+// an etcd cluster, sharing lock names with etcdctl lock.
+//
+// Layout. A key K is the lock prefix "K/" of etcd's concurrency.Mutex, as
+// `etcdctl lock K` uses it: every contender puts "K/<its lease in hex>"
+// attached to its lease; the one with the lowest create revision holds, the
+// others wait in create-revision order. Every key under "K/" counts, so a
+// key "a/b" (whose contenders are "a/b/<lease>") blocks "a", as it does for
+// etcdctl. fencerun's side keys live under "_fencerun/", which no valid key
+// can be the prefix of (keys start with a letter or digit):
+//
+//	_fencerun/desc/<lease>          who the contender is (name, pid, host, ...), on its lease
+//	_fencerun/cancel/<lease>        a cancel request for that holder, on its lease
+//	_fencerun/leftovers/K/<lease>   a holder's command tree (marker, host), on no lease
+//
+// What it guarantees:
+//
+//   - At most one holder per key among everything that follows the Mutex
+//     protocol (fencerun, etcdctl lock, concurrency.Mutex), as long as the
+//     cluster keeps quorum.
+//   - The fence is the holder key's create revision: strictly greater than
+//     every earlier fence of the key, across revocations, deaths and
+//     server restarts (revisions never go back).
+//   - A renewal is a KeepAliveOnce of the lease, whose Term starts just
+//     before it was sent, and then a compare that the holder key still has
+//     its create revision: a revoked lease, an expired one or a deleted
+//     key fails it with store.ErrLost. A keep-alive is not a compare-and-
+//     swap; the compare after it is what a renewal presents.
+//   - A revocation (release --force, etcdctl lease revoke), a deleted holder
+//     key, an expired lease and a cancel request reach the holder at once
+//     through a watch on its key and its cancel key, created with
+//     WithRequireLeader, so a member that loses its leader ends the watch
+//     too and the holder checks.
+//   - After waiting, a holder checks in one transaction that its own key
+//     still exists with its create revision (etcd#11456: a lease that
+//     expired while waiting) before it reports the lease held.
+//   - Leftovers: a holder records its marker and host in a side key with no
+//     lease, deleted when it releases. One that dies leaves it, and the
+//     next holder gets it as Predecessor; LeftoversStopped deletes only the
+//     records of this host, so no host "stops" another host's processes.
+//
+// What it does not guarantee:
+//
+//   - That a live holder is never taken from: a holder silent for longer
+//     than its TTL (SIGSTOP, a VM freeze, a partition) has lost its lease,
+//     and another host may hold the key before it wakes. Its keeper stops
+//     the command before the lease could expire, measured on its own clock
+//     from the send time of the last keep-alive; across hosts, fencing is
+//     the resource's job (check FENCERUN_FENCE).
+//   - That a revoked holder has stopped before the next one starts: on etcd
+//     a revocation frees the key at once. A next holder on the same host
+//     stops the revoked holder's tree first (its leftover record is still
+//     there); on another host it does not.
+//   - Cancel and status details for holders that are not fencerun (etcdctl
+//     lock): they are listed, with their lease and fence, but cannot be
+//     asked to stop.
+package etcdstore

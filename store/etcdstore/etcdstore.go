@@ -1,0 +1,216 @@
+package etcdstore
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// MinTTL is etcd's shortest lease; TTLs are whole seconds.
+const MinTTL = 2 * time.Second
+
+// Options configure a Store.
+type Options struct {
+	Endpoints []string
+	// DialTimeout bounds how long every call that is not a wait may go
+	// unanswered before it fails naming the endpoints and the cause (E6).
+	DialTimeout time.Duration
+	TLS         *tls.Config // nil: plain connections
+	Username    string
+	Password    string
+	Logger      hclog.Logger // nil: discarded
+}
+
+// Store is a lease store on an etcd cluster. See the package comment.
+type Store struct {
+	c       *clientv3.Client
+	eps     []string
+	timeout time.Duration
+	tls     *tls.Config
+	log     hclog.Logger
+	host    string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the cluster. Connections are made lazily, so Open
+// returns at once except with a user, whose password is checked here; the
+// first call names an unreachable cluster.
+func Open(opts Options) (*Store, error) {
+	if len(opts.Endpoints) == 0 {
+		return nil, errors.New("etcdstore: no endpoints")
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 2 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	s := &Store{eps: opts.Endpoints, timeout: opts.DialTimeout, tls: opts.TLS, log: opts.Logger.Named("store")}
+	s.host, _ = os.Hostname()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   opts.Endpoints,
+		DialTimeout: opts.DialTimeout,
+		TLS:         opts.TLS,
+		Username:    opts.Username,
+		Password:    opts.Password,
+		// The client's own logs would go to stderr unasked; fencerun says
+		// what failed in its own words.
+		Logger: zap.NewNop(),
+		// A dead connection is noticed within a keep-alive, not at the
+		// next TCP timeout.
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: opts.DialTimeout,
+	})
+	if err != nil {
+		return nil, s.fail("connect", err)
+	}
+	s.c = c
+	return s, nil
+}
+
+// Close closes the client. Leases taken from the Store stop working: a
+// caller releases them first.
+func (s *Store) Close() error {
+	if s.c == nil {
+		return nil
+	}
+	return s.c.Close()
+}
+
+// TLSConfig builds the TLS configuration of etcdctl's --cacert, --cert and
+// --key: a CA bundle to trust instead of the system's, and a client
+// certificate. Empty names are not used.
+func TLSConfig(cacert, cert, key string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cacert != "" {
+		pem, err := os.ReadFile(cacert)
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: --cacert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("etcdstore: --cacert %s: no PEM certificate in it", cacert)
+		}
+		cfg.RootCAs = pool
+	}
+	if (cert == "") != (key == "") {
+		return nil, errors.New("etcdstore: --cert and --key-file go together")
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: --cert %s, --key-file %s: %w", cert, key, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// op bounds one call that is not a wait by the dial timeout, and asks the
+// server to refuse it at once when it has no leader.
+func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	return clientv3.WithRequireLeader(ctx), cancel
+}
+
+// fail names the endpoints and the cause of a failed call (E6).
+func (s *Store) fail(what string, err error) error {
+	return fmt.Errorf("etcd %s: %s: %s", strings.Join(s.eps, ","), what, s.cause(err))
+}
+
+// cause says in words why a call failed. gRPC reports an unreachable
+// server, a refused certificate and a silent one alike, as a deadline;
+// then each endpoint is dialled to find which it is.
+func (s *Store) cause(err error) string {
+	switch {
+	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrGRPCNoLeader):
+		return "the cluster has no leader (quorum lost?)"
+	case errors.Is(err, rpctypes.ErrNoSpace), errors.Is(err, rpctypes.ErrGRPCNoSpace):
+		return "database space exceeded (NOSPACE alarm): compact and defragment it, or raise --quota-backend-bytes, then etcdctl alarm disarm"
+	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrGRPCAuthFailed):
+		return "authentication failed: wrong user or password"
+	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrGRPCPermissionDenied):
+		return "permission denied: the user lacks a role that grants these keys"
+	case errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrGRPCUserEmpty):
+		return "authentication is enabled on the cluster: give --user and --password"
+	}
+	msg := rpctypes.ErrorDesc(err)
+	if errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "Unavailable") {
+		if probe := s.probe(); probe != "" {
+			return fmt.Sprintf("no answer within %v: %s", s.timeout, probe)
+		}
+		return fmt.Sprintf("no answer within %v", s.timeout)
+	}
+	return msg
+}
+
+// probe dials each endpoint as the client would and says what failed.
+func (s *Store) probe() string {
+	var out []string
+	for _, ep := range s.eps {
+		host, secure := endpointAddr(ep)
+		timeout := min(s.timeout/2, time.Second)
+		conn, err := net.DialTimeout("tcp", host, timeout)
+		if err == nil && (secure || s.tls != nil) {
+			cfg := &tls.Config{}
+			if s.tls != nil {
+				cfg = s.tls.Clone()
+			}
+			if h, _, err := net.SplitHostPort(host); err == nil && cfg.ServerName == "" {
+				cfg.ServerName = h
+			}
+			tc := tls.Client(conn, cfg)
+			tc.SetDeadline(time.Now().Add(timeout))
+			err = tc.Handshake()
+			conn = tc
+		}
+		if conn != nil {
+			conn.Close()
+		}
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", ep, err))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// endpointAddr is host:port of an endpoint URL (or of a bare host:port),
+// and whether it asks for TLS.
+func endpointAddr(ep string) (string, bool) {
+	u, err := url.Parse(ep)
+	if err != nil || u.Host == "" {
+		return ep, false
+	}
+	return u.Host, u.Scheme == "https"
+}
+
+// Side keys; see the package comment.
+const side = "_fencerun/"
+
+func prefixOf(key string) string           { return key + "/" }
+func descKey(id clientv3.LeaseID) string   { return side + "desc/" + leaseHex(id) }
+func cancelKey(id clientv3.LeaseID) string { return side + "cancel/" + leaseHex(id) }
+func leftoversOf(key string) string        { return side + "leftovers/" + key + "/" }
+func leftoverKey(key string, id clientv3.LeaseID) string {
+	return leftoversOf(key) + leaseHex(id)
+}
+func leaseHex(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
+
+// ttlSeconds is a TTL in etcd's whole seconds, rounded up.
+func ttlSeconds(ttl time.Duration) int64 { return int64((ttl + time.Second - 1) / time.Second) }

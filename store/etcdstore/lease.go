@@ -1,0 +1,241 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// Lease is a held lease on etcd: an etcd lease and the contender key on it
+// that has the lowest create revision under the key's prefix.
+type Lease struct {
+	s         *Store
+	key       string
+	myKey     string
+	id        clientv3.LeaseID
+	rev       int64 // myKey's create revision: the fence and the version
+	confirmed int64 // the revision at which ownership was confirmed (ETCD_LOCK_REV)
+	ttl       time.Duration
+	clock     func() time.Duration
+	term      store.Term
+	host      string
+	pred      *store.Holder
+	changes   chan struct{}
+	stopWatch context.CancelFunc
+
+	mu       sync.Mutex
+	desc     desc
+	predKeys []string // this host's leftover records of the predecessors
+	released bool
+}
+
+var _ store.Lease = (*Lease)(nil)
+
+func (l *Lease) Key() string              { return l.key }
+func (l *Lease) Fence() uint64            { return uint64(l.rev) }
+func (l *Lease) Term() store.Term         { return l.term }
+func (l *Lease) Changes() <-chan struct{} { return l.changes }
+
+// Env is what etcdctl lock gives its command.
+func (l *Lease) Env() []string {
+	return []string{"ETCD_LOCK_KEY=" + l.myKey, "ETCD_LOCK_REV=" + strconv.FormatInt(l.confirmed, 10)}
+}
+
+// Predecessor is the newest holder whose leftover record was found at
+// acquisition, with every tree recorded (see store.Lease).
+func (l *Lease) Predecessor() *store.Holder {
+	if l.pred == nil {
+		return nil
+	}
+	c := *l.pred
+	return &c
+}
+
+// mine is the compare every holder write presents: the key still exists
+// with the create revision it got.
+func (l *Lease) mine() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(l.myKey), "=", l.rev)
+}
+
+func (l *Lease) lost(why string) error {
+	return fmt.Errorf("%w: %s (fence %d) %s", store.ErrLost, l.myKey, l.rev, why)
+}
+
+// op bounds one holder call: by the dial timeout, and by a third of the
+// TTL, so that a renewal that hangs leaves time for another.
+func (l *Lease) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, min(l.s.timeout, l.ttl/3))
+	return clientv3.WithRequireLeader(ctx), cancel
+}
+
+// Renew sends a keep-alive, whose Term starts just before it was sent, then
+// compares the holder key's create revision (see the package comment).
+func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	start := l.clock()
+	ka, err := l.s.c.KeepAliveOnce(ctx, l.id)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return store.Term{}, l.lost("was revoked or expired: its lease is gone")
+	}
+	if err != nil {
+		return store.Term{}, l.s.fail("keep "+l.myKey+" alive", err)
+	}
+	resp, err := l.s.c.Txn(ctx).If(l.mine()).Commit()
+	if err != nil {
+		return store.Term{}, l.s.fail("check "+l.myKey, err)
+	}
+	if !resp.Succeeded {
+		return store.Term{}, l.lost("was deleted")
+	}
+	return store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}, nil
+}
+
+// Check reads whether the holder key is still ours and whether a cancel
+// request waits for it. It writes nothing.
+func (l *Lease) Check(ctx context.Context) (store.Request, error) {
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	resp, err := l.s.c.Txn(ctx).If(l.mine()).Then(clientv3.OpGet(cancelKey(l.id), clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return store.RequestNone, l.s.fail("check "+l.myKey, err)
+	}
+	if !resp.Succeeded {
+		return store.RequestNone, l.lost("was revoked, expired or deleted")
+	}
+	if resp.Responses[0].GetResponseRange().Count > 0 {
+		return store.RequestCancel, nil
+	}
+	return store.RequestNone, nil
+}
+
+// Tick records a liveness tick in the holder's description.
+func (l *Lease) Tick(ctx context.Context, t time.Time) error {
+	return l.describe(ctx, func(d *desc) { d.LastTick = t })
+}
+
+// SetCommandPID records the command's pid in the holder's description.
+func (l *Lease) SetCommandPID(ctx context.Context, pid int) error {
+	return l.describe(ctx, func(d *desc) { d.CommandPID = pid })
+}
+
+func (l *Lease) describe(ctx context.Context, change func(*desc)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return l.lost("was released")
+	}
+	change(&l.desc)
+	data, _ := json.Marshal(l.desc)
+	ctx, cancel := l.op(ctx)
+	defer cancel()
+	resp, err := l.s.c.Txn(ctx).If(l.mine()).Then(clientv3.OpPut(descKey(l.id), string(data), clientv3.WithLease(l.id))).Commit()
+	if err != nil {
+		return l.s.fail("describe "+l.myKey, err)
+	}
+	if !resp.Succeeded {
+		return l.lost("was revoked, expired or deleted")
+	}
+	return nil
+}
+
+// LeftoversStopped deletes this host's leftover records of the
+// predecessors; another host's stay for a holder or prune there.
+func (l *Lease) LeftoversStopped(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.predKeys) == 0 {
+		return nil
+	}
+	var ops []clientv3.Op
+	for _, k := range l.predKeys {
+		ops = append(ops, clientv3.OpDelete(k))
+	}
+	ctx, cancel := l.s.op(ctx)
+	defer cancel()
+	if _, err := l.s.c.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return l.s.fail("forget leftovers of "+l.key, err)
+	}
+	l.predKeys = nil
+	return nil
+}
+
+// Release deletes the holder key, its description, cancel request and
+// leftover record in one transaction (the next waiter is woken by that
+// deletion), then revokes the lease. A lost lease only has its leftover
+// record deleted: its command's tree is gone, or Release would not be
+// called.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return nil
+	}
+	l.released = true
+	l.stopWatch()
+	own := clientv3.OpDelete(leftoverKey(l.key, l.id))
+	octx, cancel := l.s.op(ctx)
+	defer cancel()
+	_, err := l.s.c.Txn(octx).If(l.mine()).
+		Then(clientv3.OpDelete(l.myKey), clientv3.OpDelete(descKey(l.id)), clientv3.OpDelete(cancelKey(l.id)), own).
+		Else(own).Commit()
+	if err != nil {
+		return l.s.fail("release "+l.myKey, err)
+	}
+	// Nothing is on the lease any more; revoking it only tidies.
+	if _, err := l.s.c.Revoke(octx, l.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		l.s.log.Debug("could not revoke a released lease; it expires by itself", "lease", leaseHex(l.id), "error", err)
+	}
+	l.s.log.Debug("released", "key", l.key, "fence", l.rev)
+	return nil
+}
+
+// watch starts watching the holder key and its cancel key, from just after
+// the key was created, so no change made since is missed.
+func (l *Lease) watch() {
+	ctx, cancel := context.WithCancel(l.s.c.Ctx())
+	l.stopWatch = cancel
+	go l.watchKey(ctx, l.myKey, l.rev+1)
+	go l.watchKey(ctx, cancelKey(l.id), l.rev+1)
+}
+
+// watchKey tells Changes of every event on key and of every end of the
+// watch (a lost leader, a closed stream), and watches again from the last
+// revision seen, until ctx ends.
+func (l *Lease) watchKey(ctx context.Context, key string, from int64) {
+	for ctx.Err() == nil {
+		for wr := range l.s.c.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(from)) {
+			if n := len(wr.Events); n > 0 {
+				from = wr.Events[n-1].Kv.ModRevision + 1
+			}
+			if wr.CompactRevision > from {
+				from = wr.CompactRevision
+			}
+			l.notify()
+			if wr.Err() != nil {
+				break
+			}
+		}
+		l.notify()
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (l *Lease) notify() {
+	select {
+	case l.changes <- struct{}{}:
+	default:
+	}
+}
