@@ -44,3 +44,117 @@ func (CancelCmd) Help() string {
 func (PruneCmd) Help() string {
 	return `Removes what dead processes left: the lease records of holders that died and whose lease expired (their leftovers are still stopped by the next holder), queue entries of waiters that died, and stray temporary files. Never touches a live holder or waiter. Key directories stay: they carry the fencing tokens. Prints what it removed (--json: an array of {key, what, path}).`
 }
+
+// The usage lines (the real shape of each command line) and the examples
+// that end each command's --help and the manual page.
+
+// Usage of fencerun itself.
+func (CLI) Usage() string { return "[global flags] COMMAND [ARG...]" }
+
+// Examples of fencerun itself: the README's.
+func (CLI) Examples() string {
+	return `  # at most one deploy to staging at a time; wait up to 10 minutes for our turn
+  fencerun run --key deploy:staging --wait 10m --reason "release 1.4" -- ./deploy.sh staging
+  # cron: skip a run while the previous one still runs, silently (see -E)
+  */5 * * * * /usr/local/bin/fencerun run --key reports -n -E 0 --timeout 4m30s -- /usr/local/bin/build-reports
+  # who holds it, and who waits
+  fencerun status deploy:staging
+  fencerun list deploy:
+  # ask the holder to stop gracefully (it exits 77), or revoke by force (it exits 76)
+  fencerun cancel deploy:staging --wait 1m
+  fencerun release deploy:staging --force
+`
+}
+
+// Usage of run.
+func (RunCmd) Usage() string {
+	return "run (--key KEY | --resident PATH) [flags] -- COMMAND [ARG...]"
+}
+
+// Examples of run: the README's cron, deploy, systemd, CI and standby lines.
+func (RunCmd) Examples() string {
+	return `  # deploy: one at a time, waiting up to 10 minutes for our turn
+  fencerun run --key deploy:staging --wait 10m --reason "release 1.4" -- ./deploy.sh staging
+  # cron: skip a run while the previous one still runs; -E 0 makes that a silent success
+  */5 * * * * /usr/local/bin/fencerun run --key reports -n -E 0 --timeout 4m30s -- /usr/local/bin/build-reports
+  # systemd: a worker that never runs twice on this host
+  ExecStart=/usr/local/bin/fencerun run --key worker:mail --ttl 15s --grace 20s -- /usr/local/bin/mail-worker
+  # CI: serialise jobs that share a database on one runner
+  fencerun run --key "db:${RUNNER_NAME}" --wait 20m -- make integration-test
+  # a resident worker, and a standby that takes over the moment it is gone
+  fencerun run --resident /srv/app/app.db --stuck-after 2m -- /usr/local/bin/app-worker
+  fencerun run --resident /srv/app/app.db --wait forever -- /usr/local/bin/app-worker
+`
+}
+
+// Usage of status.
+func (StatusCmd) Usage() string {
+	return "status (KEY | --resident PATH) [--json] [--exit-code]"
+}
+
+// Examples of status.
+func (StatusCmd) Examples() string {
+	return `  fencerun status deploy:staging
+  fencerun status deploy:staging --json
+  # in a script: is anyone deploying?
+  fencerun status deploy:staging --exit-code >/dev/null && echo "a deploy is running"
+  fencerun status --resident /srv/app/app.db
+`
+}
+
+// Usage of list.
+func (ListCmd) Usage() string { return "list [PREFIX] [--held] [--json]" }
+
+// Examples of list.
+func (ListCmd) Examples() string {
+	return `  fencerun list
+  # only the keys of one family, and only those held
+  fencerun list ci:main/ --held
+  fencerun list --json
+`
+}
+
+// Usage of release.
+func (ReleaseCmd) Usage() string { return "release KEY --force" }
+
+// Examples of release.
+func (ReleaseCmd) Examples() string {
+	return `  fencerun release deploy:staging --force
+`
+}
+
+// Usage of cancel.
+func (CancelCmd) Usage() string { return "cancel KEY [--wait D]" }
+
+// Examples of cancel.
+func (CancelCmd) Examples() string {
+	return `  # ask the holder to stop (it exits 77), and wait up to a minute for it to let go
+  fencerun cancel deploy:staging --wait 1m
+`
+}
+
+// Usage of prune.
+func (PruneCmd) Usage() string { return "prune [--json]" }
+
+// Examples of prune.
+func (PruneCmd) Examples() string {
+	return `  # nightly, from cron
+  17 3 * * * /usr/local/bin/fencerun prune
+`
+}
+
+// Usage of tick.
+func (TickCmd) Usage() string { return "tick" }
+
+// Examples of tick.
+func (TickCmd) Examples() string {
+	return `  # a worker that ticks after each batch; stopped (exit 78) if it goes 2 minutes without
+  fencerun run --resident /srv/app/app.db --stuck-after 2m -- sh -c 'while work-one-batch; do fencerun tick; done'
+`
+}
+
+// Usage of help.
+func (HelpCmd) Usage() string { return "help [COMMAND]" }
+
+// Usage of version.
+func (VersionCmd) Usage() string { return "version" }

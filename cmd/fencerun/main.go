@@ -32,10 +32,12 @@ import (
 
 // Globals are the flags every command takes.
 type Globals struct {
-	Dir       string `placeholder:"PATH" help:"State root of the file backend (default: $$XDG_STATE_HOME/fencerun, else $$HOME/.local/state/fencerun). Must be owned by you and writable by nobody else."`
-	Etcd      string `placeholder:"URLS" help:"Comma-separated etcd endpoints; when set, the etcd backend is used (not built yet: fencerun exits 125)."`
-	LogLevel  string `default:"warn" enum:"error,warn,info,debug,trace" help:"Log level: error, warn, info, debug, trace. Logs go to stderr only."`
-	LogFormat string `default:"text" enum:"text,json" help:"Log format: text, or json (one object a line)."`
+	Dir       string      `placeholder:"PATH" help:"State root of the file backend (default: $$XDG_STATE_HOME/fencerun, else $$HOME/.local/state/fencerun). Must be owned by you and writable by nobody else."`
+	Etcd      string      `placeholder:"URLS" help:"Comma-separated etcd endpoints; when set, the etcd backend is used (not built yet: fencerun exits 125)."`
+	LogLevel  string      `default:"warn" enum:"error,warn,info,debug,trace" help:"Log level: error, warn, info, debug, trace. Logs go to stderr only."`
+	LogFormat string      `default:"text" enum:"text,json" help:"Log format: text, or json (one object a line, for every line fencerun writes to stderr)."`
+	Quiet     bool        `short:"q" help:"Print nothing but real failures: no conflict, give-up or note lines."`
+	Version   versionFlag `short:"V" env:"-" help:"Print the version, Go version and VCS revision, and exit."`
 
 	log     hclog.Logger
 	backend store.Store // opened by run, for the tick socket and the lease
@@ -52,7 +54,8 @@ type CLI struct {
 	Cancel  CancelCmd  `cmd:"" help:"Ask the holder of a key to stop its command gracefully."`
 	Prune   PruneCmd   `cmd:"" help:"Remove expired leases of dead holders, dead waiters and stray temp files."`
 	Tick    TickCmd    `cmd:"" help:"From inside a fenced command: stamp a liveness tick."`
-	Version VersionCmd `cmd:"" help:"Print the version, Go version and VCS revision."`
+	Version VersionCmd `cmd:"" help:"Print the version, Go version and VCS revision (also --version)."`
+	Help    HelpCmd    `cmd:"" help:"Show the help of fencerun or of one command."`
 }
 
 // exitError carries the exit code of a failure; kong and main honour
@@ -77,6 +80,19 @@ func fail(code int, format string, args ...any) error {
 	return &exitError{code: code, err: fmt.Errorf(format, args...)}
 }
 
+// conflictError is a lease that was not acquired (busy, or --wait ran
+// out): an expected outcome with -n or -w, logged at warn, or not at all
+// when -E says what it means or -q is given.
+type conflictError struct {
+	code   int
+	silent bool
+	err    error
+}
+
+func (e *conflictError) Error() string { return e.err.Error() }
+func (e *conflictError) Unwrap() error { return e.err }
+func (e *conflictError) ExitCode() int { return e.code }
+
 // usage is a bad command line or flag value (B2): exit 125.
 func usage(format string, args ...any) error {
 	return fail(supervisor.ExitFailed, format, args...)
@@ -97,6 +113,10 @@ func Main(args []string) int {
 		os.Unsetenv("FENCERUN_KEY")
 		os.Unsetenv("FENCERUN_RESIDENT")
 	}
+	// The logger exists before the command line is parsed, so that with
+	// --log-format json even a parse error is a JSON line (issue 12).
+	early := earlyLogOptions(args)
+	log := newLogger(early)
 	var cli CLI
 	exit := -1
 	parser, err := kong.New(&cli,
@@ -104,37 +124,58 @@ func Main(args []string) int {
 		kong.Description("Run a command only while it holds a lease; stop its whole process tree the moment the lease is lost."),
 		kong.DefaultEnvars("FENCERUN"),
 		kong.TypeMapper(reflect.TypeOf(time.Duration(0)), durationMapper),
-		kong.UsageOnError(),
+		kong.Help(printHelp),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.Exit(func(code int) { exit = code }),
 	)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "fencerun: %v\n", err)
+		log.Error(err.Error())
 		return supervisor.ExitFailed
 	}
+	if len(args) == 0 {
+		return bare(parser, early)
+	}
 	kctx, err := parser.Parse(args)
-	if exit >= 0 { // --help
+	if exit >= 0 { // --help, --version
 		return exit
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "fencerun: %v\n", err)
+		var perr *kong.ParseError
+		if errors.As(err, &perr) && perr.Context != nil && perr.Context.Selected() == nil && noCommand(perr) {
+			return bare(parser, early)
+		}
+		// A Validate hook's own error says what was wrong without kong's
+		// "run: " in front of it.
+		var ours *exitError
+		if errors.As(err, &ours) {
+			err = ours
+		}
+		log.Error(err.Error() + hint(perr))
 		return supervisor.ExitFailed
 	}
-	cli.log = hclog.New(&hclog.LoggerOptions{
-		Name:       "fencerun",
-		Level:      hclog.LevelFromString(cli.LogLevel),
-		Output:     os.Stderr,
-		JSONFormat: cli.LogFormat == "json",
-	})
+	cli.log = newLogger(logOptions{level: cli.LogLevel, json: cli.LogFormat == "json", quiet: cli.Quiet})
 	ctx := context.Background()
 	kctx.BindTo(ctx, (*context.Context)(nil))
+	kctx.Bind(parser)
 	err = kctx.Run(&cli.Globals)
+	if exit >= 0 { // help COMMAND
+		return exit
+	}
 	if err == nil {
 		return 0
 	}
 	var code exitCode
 	if errors.As(err, &code) {
 		return int(code)
+	}
+	var busy *conflictError
+	if errors.As(err, &busy) {
+		// An expected conflict is not an error (cron mails every line):
+		// one warn line, and none when -E chose what it means.
+		if !busy.silent {
+			cli.log.Warn(err.Error())
+		}
+		return busy.code
 	}
 	cli.log.Error(err.Error())
 	var coded interface{ ExitCode() int }
@@ -201,8 +242,10 @@ func (e *noState) Error() string { return e.err.Error() }
 func (e *noState) Unwrap() error { return e.err }
 
 // note says on stderr, in one line, that the state root is missing.
-func (e *noState) note() {
-	fmt.Fprintf(os.Stderr, "fencerun: note: no state root at %s (nothing has run there yet)\n", e.root)
+// It is a warning, not a failure: -q silences it, and with --log-format
+// json it is a JSON line like every other.
+func (e *noState) note(log hclog.Logger) {
+	log.Warn(fmt.Sprintf("note: no state root at %s (nothing has run there yet)", e.root))
 }
 
 // validKey applies B1 before anything touches the disk.

@@ -49,7 +49,7 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		var missing *noState
 		switch {
 		case errors.As(err, &missing):
-			missing.note()
+			missing.note(g.log)
 			st, err = &store.Status{Key: s.Key, State: store.Free, Waiters: []store.Holder{}}, nil
 		case err != nil:
 			return err
@@ -92,7 +92,7 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 	var missing *noState
 	switch {
 	case errors.As(err, &missing):
-		missing.note()
+		missing.note(g.log)
 	case err != nil:
 		return err
 	default:

@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -33,31 +30,6 @@ func (TickCmd) Run(ctx context.Context) error {
 	if err := fence.SendTick(ctx, addr); err != nil {
 		return fail(supervisor.ExitFailed, "%v", err)
 	}
-	return nil
-}
-
-// version is set at build time: -ldflags "-X main.version=v1.2.3".
-var version = "devel"
-
-// VersionCmd is `fencerun version`.
-type VersionCmd struct{}
-
-// Run prints the version, the Go version and the VCS revision.
-func (VersionCmd) Run() error {
-	rev, modified := "unknown (built without VCS stamping)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					modified = " (modified)"
-				}
-			}
-		}
-	}
-	fmt.Printf("fencerun %s\ngo %s %s/%s\nrevision %s%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH, rev, modified)
 	return nil
 }
 
