@@ -38,14 +38,25 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer backend.Close()
+	// Who is revoked, read just before: Revoke breaks whoever holds the
+	// key at its own moment, which is this holder unless it let go in
+	// between (then the fence named is simply no longer held).
+	before, serr := backend.Status(ctx, c.Key)
 	had, err := backend.Revoke(ctx, c.Key)
 	if err != nil {
 		return fail(supervisor.ExitFailed, "%v", err)
 	}
-	if had {
-		fmt.Printf("released %s: a holder's fence is broken and its command is being stopped (it exits 76); corrupt state, if any, is cleared\n", c.Key)
-	} else {
+	switch {
+	case !had:
 		fmt.Printf("%s was free: nothing to release\n", c.Key)
+	case serr == nil && before.Holder != nil:
+		h := before.Holder
+		fmt.Printf("released %s: revoked %s (pid %d on %s), fence %d, held for %s; its command is being stopped and it exits 76\n",
+			c.Key, store.Printable(h.Name), h.PID, store.Printable(h.Host), h.Fence, time.Since(h.Acquired).Round(time.Second))
+	case serr != nil:
+		fmt.Printf("released %s: cleared its unreadable state (%s); its fencing tokens go on above every earlier one\n", c.Key, store.Printable(serr.Error()))
+	default:
+		fmt.Printf("released %s: its holder's fence is broken and its command is being stopped (it exits 76)\n", c.Key)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -82,7 +83,26 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 
 // ListCmd is `fencerun list`.
 type ListCmd struct {
-	JSON bool `name:"json" help:"Print a JSON array of status objects."`
+	Prefix string `arg:"" optional:"" help:"List only the keys that start with PREFIX (ci:main/ for one branch's keys)."`
+	Held   bool   `help:"List only keys with a holder (held, expired or stuck), not free or corrupt ones."`
+	JSON   bool   `name:"json" help:"Print a JSON array of status objects."`
+}
+
+// Validate checks that PREFIX could start a key (B1's characters).
+func (l *ListCmd) Validate() error {
+	if l.Prefix == "" {
+		return nil
+	}
+	return validKey(l.Prefix)
+}
+
+// shows reports whether st passes the filters.
+func (l *ListCmd) shows(st store.Status) bool {
+	name := st.Key
+	if name == "" {
+		name = st.Store
+	}
+	return strings.HasPrefix(name, l.Prefix) && (!l.Held || st.Holder != nil)
 }
 
 // Run lists every key.
@@ -101,6 +121,7 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 			return fail(supervisor.ExitFailed, "%v", err)
 		}
 	}
+	all = slices.DeleteFunc(all, func(st store.Status) bool { return !l.shows(st) })
 	if l.JSON {
 		views := make([]statusView, len(all))
 		for i, st := range all {
@@ -130,13 +151,24 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 // out, and waiters never null.
 type statusView struct {
 	store.Status
-	Error string `json:"error,omitempty"`
+	Waiters []waiterView `json:"waiters"`
+	Error   string       `json:"error,omitempty"`
+}
+
+// waiterView is a waiter as JSON shows it: queued since, never "acquired".
+type waiterView struct {
+	Name   string       `json:"name"`
+	PID    int          `json:"pid"`
+	Host   string       `json:"host"`
+	Reason string       `json:"reason,omitempty"`
+	Since  time.Time    `json:"since"`
+	Build  *store.Build `json:"build,omitempty"`
 }
 
 func view(st store.Status) statusView {
-	v := statusView{Status: st}
-	if v.Waiters == nil {
-		v.Waiters = []store.Holder{}
+	v := statusView{Status: st, Waiters: []waiterView{}}
+	for _, w := range st.Waiters {
+		v.Waiters = append(v.Waiters, waiterView{Name: w.Name, PID: w.PID, Host: w.Host, Reason: w.Reason, Since: w.Acquired, Build: w.Build})
 	}
 	if st.Err != nil {
 		v.Error = st.Err.Error()
@@ -188,9 +220,16 @@ func printStatus(w io.Writer, st store.Status, now time.Time) {
 	if len(st.Waiters) > 0 {
 		fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
 		for i, h := range st.Waiters {
-			fmt.Fprintf(tw, "  %d.\t%s (pid %d on %s), waiting %s\n", i+1, store.Printable(h.Name), h.PID, store.Printable(h.Host), now.Sub(h.Acquired).Round(time.Second))
+			fmt.Fprintf(tw, "  %d.\t%s (pid %d on %s), since %s (%s)%s\n", i+1, store.Printable(h.Name), h.PID, store.Printable(h.Host),
+				h.Acquired.Format(time.RFC3339), ago(h.Acquired, now), prefix(", reason: ", store.Printable(h.Reason)))
 		}
 	}
+}
+
+// ago is how long before now t was; never "in 0s" for a clock read a
+// moment before now.
+func ago(t, now time.Time) string {
+	return max(0, now.Sub(t)).Round(time.Second).String() + " ago"
 }
 
 func relative(t, now time.Time) string {

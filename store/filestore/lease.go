@@ -35,6 +35,9 @@ type Lease struct {
 	version  uint64 // of the record as this lease last wrote it
 	released bool
 	pid      int // the command's, for the next write (SetCommandPID)
+	// pidWritten: a write carried pid; pidTimer writes it otherwise.
+	pidWritten bool
+	pidTimer   *time.Timer
 }
 
 var _ store.Lease = (*Lease)(nil)
@@ -59,14 +62,31 @@ func (l *Lease) LeftoversStopped(ctx context.Context) error {
 	return l.update(ctx, func(r *record) { r.Leftovers = nil })
 }
 
-// SetCommandPID keeps pid for the next renewal or tick to write: the
-// uncontended run stays at one record write (P1).
+// SetCommandPID keeps pid for the next write, and writes it within
+// commandPIDDelay if nothing else did: an uncontended run of a short
+// command stays at one record write (P1), and status shows the command's
+// pid of a long one within a second, not only after the first renewal.
 func (l *Lease) SetCommandPID(_ context.Context, pid int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pid = pid
+	if l.pidTimer == nil && !l.released {
+		l.pidTimer = time.AfterFunc(commandPIDDelay, func() {
+			l.mu.Lock()
+			written := l.pidWritten
+			l.mu.Unlock()
+			if !written {
+				// A lost lease says so to the keeper at its next check.
+				_ = l.update(context.Background(), func(*record) {})
+			}
+		})
+	}
 	return nil
 }
+
+// commandPIDDelay is how long SetCommandPID leaves the pid for another
+// write to carry.
+const commandPIDDelay = 500 * time.Millisecond
 
 // Renew extends the lease by its TTL from now (see store.Lease): the Term
 // starts just before the record with the new expiry is written.
@@ -105,6 +125,7 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	change(&rec)
 	if l.pid != 0 {
 		rec.Holder.CommandPID = l.pid
+		l.pidWritten = true
 	}
 	rec.Version++
 	if _, err := writeAtomic(l.kd, leaseFile, rec.marshal(), writeOpts{}); err != nil {
@@ -182,6 +203,9 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
+	if l.pidTimer != nil {
+		l.pidTimer.Stop()
+	}
 	defer func() {
 		l.notify.stop(true)
 		l.kd.close()
