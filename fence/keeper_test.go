@@ -50,8 +50,8 @@ func (l *testLease) LeftoversStopped(context.Context) error { return nil }
 func (l *testLease) Changes() <-chan struct{}               { return l.changes }
 func (l *testLease) Release(context.Context) error          { l.released <- struct{}{}; return nil }
 func (l *testLease) Term() store.Term                       { return l.term }
-func (l *testLease) SetCommandPID(_ context.Context, pid int) error {
-	l.pids <- pid
+func (l *testLease) SetCommand(_ context.Context, group, _ store.ProcessID) error {
+	l.pids <- group.ID
 	return nil
 }
 

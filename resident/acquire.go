@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -331,17 +330,14 @@ func (a *attempt) take() (*Role, error) {
 	}
 	var pred *store.Holder
 	var staleFence uint64
-	var leftovers []string
+	var leftovers []store.Leftover
 	stale, empty, err := decodePayload(data, a.p.lock)
 	switch {
 	case err != nil:
 		a.log.Warn("ignoring the unreadable payload of a holder that is gone", "error", err)
 	case !empty:
 		pred, staleFence = stale.holder(), stale.Fence
-		leftovers = slices.Clone(stale.Leftovers)
-		if stale.Marker != "" && !slices.Contains(leftovers, stale.Marker) {
-			leftovers = append(leftovers, stale.Marker)
-		}
+		leftovers = stale.trees()
 		pred.Leftovers = leftovers
 		a.log.Info("the previous holder died holding the role", "pid", stale.PID, "host", stale.Host, "fence", stale.Fence)
 	}
@@ -368,7 +364,7 @@ func (a *attempt) take() (*Role, error) {
 		p: payload{
 			Schema: schema, PID: a.c.PID, Host: a.c.Host, Surface: a.c.Name, Reason: a.c.Reason,
 			AcquiredAt: a.c.Now(), Store: a.p.store, StuckAfter: duration(a.c.StuckAfter),
-			Build: a.c.Build, Fence: fence, Marker: a.c.Marker, Leftovers: leftovers,
+			Build: a.c.Build, Fence: fence, Marker: a.c.Marker, Cgroup: a.c.Cgroup, Leftovers: leftovers,
 		},
 	}
 	if err := r.file.write(r.p); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -29,10 +30,14 @@ type payload struct {
 	Build      store.Build `json:"build"`
 	Fence      uint64      `json:"fence"`
 	Marker     string      `json:"marker,omitempty"` // not shown by status
-	// Leftovers are the markers of dead holders' trees that may still run,
-	// kept until this holder has stopped them (Role.LeftoversStopped).
-	Leftovers  []string `json:"leftovers,omitempty"`
-	CommandPID int      `json:"command_pid,omitempty"`
+	Cgroup     string      `json:"cgroup,omitempty"`
+	// Leftovers are dead holders' trees that may still run, kept until
+	// this holder has stopped them (Role.LeftoversStopped). ("trees": an
+	// older fencerun's "leftovers" held bare markers.)
+	Leftovers  []store.Leftover `json:"trees,omitempty"`
+	CommandPID int              `json:"command_pid,omitempty"`
+	Group      store.ProcessID  `json:"group,omitzero"`
+	Session    store.ProcessID  `json:"session,omitzero"`
 	// HandingOver: the holder accepted a handover request and is stopping.
 	HandingOver bool `json:"handing_over,omitempty"`
 	// HandoverRefused: the holder's answer to the last request it refused,
@@ -110,7 +115,19 @@ func (p payload) holder() *store.Holder {
 		Build:      &b,
 		CommandPID: p.CommandPID,
 		Marker:     p.Marker,
+		Cgroup:     p.Cgroup,
 	}
+}
+
+// trees is every tree of a dead holder's payload that may still run: those
+// it had not confirmed stopped, and its own.
+func (p payload) trees() []store.Leftover {
+	out := slices.Clone(p.Leftovers)
+	own := store.Leftover{HolderPID: p.PID, Host: p.Host, Marker: p.Marker, Cgroup: p.Cgroup, Group: p.Group, Session: p.Session}
+	if (own.Marker != "" || own.Cgroup != "" || own.Group.ID != 0) && !slices.Contains(out, own) {
+		out = append(out, own)
+	}
+	return out
 }
 
 // stuck reports whether the holder ticked and then stayed silent for its

@@ -137,15 +137,15 @@ func (r *Role) Tick(ctx context.Context, t time.Time) error {
 	return r.file.write(r.p)
 }
 
-// SetCommandPID records the command's own pid beside the holder's (status
-// shows it as command_pid).
-func (r *Role) SetCommandPID(_ context.Context, pid int) error {
+// SetCommand records the command's own pid beside the holder's (status
+// shows it as command_pid), its group and session (see store.Lease).
+func (r *Role) SetCommand(_ context.Context, group, session store.ProcessID) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.released {
 		return nil
 	}
-	r.p.CommandPID = pid
+	r.p.CommandPID, r.p.Group, r.p.Session = group.ID, group, session
 	return r.file.write(r.p)
 }
 

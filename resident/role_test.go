@@ -275,7 +275,7 @@ func TestReaderNeverSeesAHalfWrittenPayload(t *testing.T) {
 			if i%2 == 0 {
 				pid = 1234567890
 			}
-			if err := r.SetCommandPID(t.Context(), pid); err != nil {
+			if err := r.SetCommand(t.Context(), store.ProcessID{ID: pid}, store.ProcessID{}); err != nil {
 				t.Error(err)
 				return
 			}

@@ -45,6 +45,10 @@ func Status(storePath string) (*store.Status, error) {
 			return nil, fmt.Errorf("resident: status: %w", err)
 		}
 		if !held {
+			// A dead holder's payload: what its tree may have left.
+			if pl, empty, err := readPayload(fd, p.lock); err == nil && !empty {
+				st.Leftovers = pl.trees()
+			}
 			return st, nil
 		}
 		pl, empty, err := readPayload(fd, p.lock)

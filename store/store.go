@@ -116,6 +116,10 @@ type Claim struct {
 	// next holder can find and stop the leftovers of a holder that died
 	// (see Lease.Predecessor).
 	Marker string
+	// Cgroup is the path of the cgroup (v2) the command will run in, or
+	// empty: recorded with the lease, so that the next holder can stop a
+	// dead holder's leftovers exactly.
+	Cgroup string
 	// PID and Host describe the holder process; zero values mean "this one".
 	PID  int
 	Host string
@@ -139,7 +143,7 @@ func (t Term) End() time.Duration { return t.Start + t.TTL }
 
 // Lease is a held lease. Its methods are for one goroutine at a time (the
 // keeper's), except Key, Fence, Env, Term, Changes, Predecessor,
-// LeftoversStopped and SetCommandPID, which are safe from any.
+// LeftoversStopped and SetCommand, which are safe from any.
 type Lease interface {
 	Key() string
 	// Fence is the fencing token of this acquisition.
@@ -161,11 +165,14 @@ type Lease interface {
 	// while stopping them passes them on to the next. Safe to call beside
 	// the keeper's calls.
 	LeftoversStopped(ctx context.Context) error
-	// SetCommandPID records the command's own pid for status (shown beside
-	// the holder's pid as command_pid). A backend may write it with its
-	// next renewal rather than at once. Safe to call beside the keeper's
-	// calls.
-	SetCommandPID(ctx context.Context, pid int) error
+	// SetCommand records the command's process group (its pid, shown by
+	// status as command_pid) and the session its tree runs in when that
+	// session is the holder's own, for the next holder to stop if this one
+	// dies (see Leftover). A backend may write it with its next renewal
+	// when the claim named a Cgroup (which finds the tree exactly), and
+	// must write it before it returns otherwise. Safe to call beside the
+	// keeper's calls.
+	SetCommand(ctx context.Context, group, session ProcessID) error
 
 	// Renew extends the lease, conditional on it still being this holder's
 	// (see "What version means" in the package comment). It returns the
@@ -225,13 +232,43 @@ type Holder struct {
 	Build      *Build    `json:"build,omitempty"`
 	CommandPID int       `json:"command_pid,omitempty"`
 	Cancel     bool      `json:"cancel_requested,omitempty"`
+	// Cgroup is the holder's command's cgroup, where it has one.
+	Cgroup string `json:"cgroup,omitempty"`
+	// Processes is how many processes the holder's cgroup holds: filled
+	// by the caller that can count them on the holder's host (status), not
+	// by backends.
+	Processes int `json:"processes,omitempty"`
 	// Marker identifies the holder's command tree; see Claim.Marker. Not
 	// shown by status.
 	Marker string `json:"-"`
-	// Leftovers, on a Predecessor, are the markers of every tree that may
-	// still run: its own and those of earlier dead holders not yet
-	// confirmed gone. Empty means just Marker.
-	Leftovers []string `json:"-"`
+	// Leftovers, on a Predecessor, are every tree that may still run: its
+	// own and those of earlier dead holders not yet confirmed gone.
+	Leftovers []Leftover `json:"-"`
+}
+
+// Leftover is a command tree that a dead holder may have left running, and
+// how to find it on its host: exactly by its cgroup where it had one;
+// otherwise every process carrying Marker in its environment, in Group or
+// in Session, and their descendants. A process or group id is only taken
+// for the recorded one when the start times agree (see ProcessID). Only a
+// process on Host may act on a Leftover: no backend stops another host's
+// processes.
+type Leftover struct {
+	HolderPID int       `json:"holder_pid"`
+	Host      string    `json:"host"`
+	Marker    string    `json:"marker,omitempty"`
+	Cgroup    string    `json:"cgroup,omitempty"`
+	Group     ProcessID `json:"group,omitzero"`
+	Session   ProcessID `json:"session,omitzero"`
+}
+
+// ProcessID names a process, or the process group or session it leads, on
+// its host: the id, and that process's start time (clock ticks since boot,
+// as /proc/PID/stat gives it), so that an id reused later is never taken
+// for it. The zero value names nothing.
+type ProcessID struct {
+	ID    int    `json:"id"`
+	Start uint64 `json:"start"`
 }
 
 // Build identifies an executable (resident role, R4).
@@ -248,6 +285,10 @@ type Status struct {
 	State   State    `json:"state"`
 	Holder  *Holder  `json:"holder"`
 	Waiters []Holder `json:"waiters"`
+	// Leftovers are the trees dead holders may have left running, not yet
+	// confirmed stopped (see Lease.Predecessor). Shown by status as a
+	// count of the processes still there, which only the host can tell.
+	Leftovers []Leftover `json:"-"`
 	// Err says why State is Corrupt; shown as "error" in JSON.
 	Err error `json:"-"`
 }
@@ -255,8 +296,12 @@ type Status struct {
 // Pruned is one thing Prune removed.
 type Pruned struct {
 	Key  string `json:"key,omitempty"`
-	What string `json:"what"` // "expired lease", "dead waiter", "temp file"
+	What string `json:"what"` // "expired lease", "dead waiter", "temp file", "leftovers"
 	Path string `json:"path,omitempty"`
+	// HolderPID and Count: for "leftovers", the dead holder and how many
+	// of its processes were stopped.
+	HolderPID int `json:"holder_pid,omitempty"`
+	Count     int `json:"count,omitempty"`
 }
 
 // Key rules (B1).

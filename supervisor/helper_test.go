@@ -190,13 +190,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	b := make([]byte, 8)
+	b := make([]byte, 16)
 	rand.Read(b)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, inbox: newInbox(t), marker: "FENCERUN_TICK=@fencerun/test-" + hex.EncodeToString(b), self: self}
+	e := &env{t: t, inbox: newInbox(t), marker: "FENCERUN_TICK=@fencerun-tick-" + hex.EncodeToString(b), self: self}
 	e.env = append(os.Environ(), e.marker, helperEnv+"=1", "INBOX="+e.inbox.path, "H="+self)
 	return e
 }

@@ -16,9 +16,9 @@ import (
 // proc is one process as /proc/PID/stat shows it. start (clock ticks since
 // boot) tells a process from a later one that reused its pid.
 type proc struct {
-	pid, ppid, pgid int
-	state           byte
-	start           uint64
+	pid, ppid, pgid, sid int
+	state                byte
+	start                uint64
 }
 
 func (q proc) dead() bool { return q.state == 'Z' || q.state == 'X' || q.state == 'x' }
@@ -47,11 +47,12 @@ func readProc(pid int) (proc, error) {
 		return proc{}, fmt.Errorf("supervisor: /proc/%d/stat: unexpected format", pid)
 	}
 	q := proc{pid: pid, state: f[0][0]}
-	var e1, e2, e3 error
+	var e1, e2, e3, e4 error
 	q.ppid, e1 = strconv.Atoi(f[1])
 	q.pgid, e2 = strconv.Atoi(f[2])
+	q.sid, e4 = strconv.Atoi(f[3])
 	q.start, e3 = strconv.ParseUint(f[19], 10, 64)
-	if err := errors.Join(e1, e2, e3); err != nil {
+	if err := errors.Join(e1, e2, e3, e4); err != nil {
 		return proc{}, fmt.Errorf("supervisor: /proc/%d/stat: %w", pid, err)
 	}
 	return q, nil

@@ -12,6 +12,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/store"
 )
 
 // ErrFinished: the command's tree is gone and its direct child reaped; there
@@ -36,6 +39,12 @@ type Config struct {
 	Grace time.Duration
 	// Logger is used as it is (nil: none); name it "supervisor".
 	Logger hclog.Logger
+	// Cgroup is the path of a cgroup to create and start the command in
+	// (Hierarchy.NewPath): then the tree is exactly the cgroup. Empty: no
+	// cgroup, the tree is found among this process's descendants.
+	Cgroup string
+	// Clock is what the grace runs on; nil: CLOCK_BOOTTIME.
+	Clock fence.Clock
 }
 
 // Process is a running command. Its methods are safe for concurrent use.
@@ -48,6 +57,8 @@ type Process struct {
 	grace      time.Duration
 	log        hclog.Logger
 	tty        int // the terminal whose foreground the command was given, or -1
+	cg         *cgroup
+	clock      fence.Clock
 
 	exited chan struct{} // the direct child exited
 	reap   chan struct{} // Wait: the tree is gone, reap the direct child
@@ -94,6 +105,7 @@ func Start(cfg Config) (*Process, error) {
 		log = hclog.NewNullLogger()
 	}
 	p := &Process{
+		clock:      cfg.Clock,
 		marker:     cfg.Marker,
 		stopSignal: cfg.StopSignal,
 		grace:      cfg.Grace,
@@ -106,6 +118,9 @@ func Start(cfg Config) (*Process, error) {
 	}
 	if p.stopSignal == 0 {
 		p.stopSignal = syscall.SIGTERM
+	}
+	if p.clock == nil {
+		p.clock = fence.BootClock{}
 	}
 	p.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
@@ -121,11 +136,26 @@ func Start(cfg Config) (*Process, error) {
 		attr.Sys.Foreground = true
 		attr.Sys.Ctty = p.tty
 	}
+	if cfg.Cgroup != "" {
+		t0 := time.Now()
+		if p.cg, err = createCgroup(cfg.Cgroup); err != nil {
+			p.closeTerminal()
+			unix.Close(p.wake)
+			return nil, err
+		}
+		// clone3 with CLONE_INTO_CGROUP: not one instruction of the
+		// command runs outside its cgroup.
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, p.cg.fd
+		p.log.Debug("cgroup created", "cgroup", cfg.Cgroup, "took", time.Since(t0))
+	}
 	started := make(chan error)
 	go p.run(path, cfg.Argv, attr, started)
 	if err := <-started; err != nil {
 		p.closeTerminal()
 		unix.Close(p.wake)
+		if p.cg != nil {
+			p.cg.remove()
+		}
 		code := ExitCannotExec
 		switch err {
 		case syscall.EAGAIN, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE:
@@ -207,6 +237,17 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 // Pid is the direct child's pid; it is also the command's process group.
 func (p *Process) Pid() int { return p.pid }
 
+// Group names the command's process group: its pid and start time.
+func (p *Process) Group() store.ProcessID { return store.ProcessID{ID: p.pid, Start: p.start} }
+
+// Cgroup is the path of the command's cgroup, or "" without one.
+func (p *Process) Cgroup() string {
+	if p.cg == nil {
+		return ""
+	}
+	return p.cg.path
+}
+
 // Exited is closed when the direct child has exited, before its leftovers
 // are stopped.
 func (p *Process) Exited() <-chan struct{} { return p.exited }
@@ -236,7 +277,7 @@ func (p *Process) Wait() Status {
 func (p *Process) Stop(grace time.Duration) { p.stop(grace, true) }
 
 func (p *Process) stop(grace time.Duration, shorten bool) {
-	deadline := boottime() + max(grace, 0)
+	deadline := p.clock.Now() + max(grace, 0)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -258,6 +299,12 @@ func (p *Process) sweep() {
 		sig:     p.stopSignal,
 		group:   p.pid,
 		members: p.members,
+		kids: func() []int {
+			kids, _ := children(os.Getpid())
+			return kids
+		},
+		cg:    p.cg,
+		clock: p.clock,
 		deadline: func() time.Duration {
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -267,6 +314,16 @@ func (p *Process) sweep() {
 	}
 	if err := s.run(); err != nil {
 		p.log.Error("the command's tree could not be stopped entirely", "pid", p.pid, "error", err)
+	}
+	if p.cg != nil {
+		// The cgroup is empty: reap the orphans that died in it, then
+		// remove it.
+		reapAdopted()
+		t0 := time.Now()
+		if err := p.cg.remove(); err != nil {
+			p.log.Warn("could not remove the command's cgroup", "error", err)
+		}
+		p.log.Debug("cgroup removed", "cgroup", p.cg.path, "took", time.Since(t0))
 	}
 	// The sweep's last reading found no live process of the tree and
 	// reaped its dead orphans: none can die after it.
@@ -318,6 +375,9 @@ func (p *Process) Owns(pid int) bool {
 	if err != nil || q.dead() {
 		return false
 	}
+	if p.cg != nil {
+		return p.cg.has(pid)
+	}
 	// The tree is below this process: walk up to it, and ask each process
 	// on the way whether it is one of the tree's roots.
 	self := os.Getpid()
@@ -341,6 +401,19 @@ func (p *Process) Owns(pid int) bool {
 // members reads the tree's live processes, and reaps those of its orphans
 // that died.
 func (p *Process) members() ([]proc, error) {
+	if p.cg != nil {
+		pids, err := p.cg.pids()
+		if err != nil {
+			return nil, err
+		}
+		var live []proc
+		for _, pid := range pids {
+			if q, err := readProc(pid); err == nil && !q.dead() {
+				live = append(live, q)
+			}
+		}
+		return live, nil
+	}
 	procs, err := descendants()
 	if err != nil {
 		return nil, err
@@ -439,16 +512,6 @@ func closeOnExec() {
 		}
 	}
 }
-
-func boottime() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		return time.Since(processStart)
-	}
-	return time.Duration(ts.Nano())
-}
-
-var processStart = time.Now()
 
 func wakeUp(eventfd int) {
 	unix.Write(eventfd, []byte{1, 0, 0, 0, 0, 0, 0, 0})

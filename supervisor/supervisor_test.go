@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencerun/fencerun/store"
 	"io"
 	"os"
 	"os/exec"
@@ -401,7 +402,8 @@ func TestStopLeftovers(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
-	if err := StopLeftovers(ctx, e.marker, syscall.SIGTERM, 300*time.Millisecond, nil); err != nil {
+	host, _ := os.Hostname()
+	if _, err := StopLeftovers(ctx, store.Leftover{Host: host, Marker: e.marker}, StopConfig{StopSignal: syscall.SIGTERM, Grace: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -5,34 +5,50 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/fence"
 )
 
 // untrackedRescan is how often a sweep re-reads the tree when some process
 // of it could not be watched through a pidfd (out of descriptors).
 const untrackedRescan = 50 * time.Millisecond
 
-// sweep stops a set of processes that members reads afresh: the stop
-// signal and SIGCONT to those there at the start, SIGKILL at the deadline
-// to those there then and to any found after, until members finds none.
+// freezeTries bounds the readings of one freeze (see sweep).
+const freezeTries = 1000
+
+// sweep stops a tree: the stop signal and SIGCONT to the processes there
+// at the start, then, at the deadline, SIGKILL to all of it, until it is
+// gone. The deadline is on clock (CLOCK_BOOTTIME: a suspend counts).
 //
-// It waits in poll(2) on a pidfd of each process it knows, and re-reads the
-// set only when all of those are gone, or at the deadline: processes forked
-// meanwhile (a trap's cleanup) are not signalled before the deadline, and
-// must be gone before the sweep ends.
+// With a cgroup, the tree is the cgroup: SIGKILL is cgroup.kill (atomic
+// against forks) and the tree is gone when cgroup.events says so; the
+// sweep sleeps in poll(2) on an inotify watch of it.
+//
+// Without one, the tree is what members reads afresh. The sweep waits in
+// poll(2) on a pidfd of each process it knows, and re-reads the set when
+// all of those are gone, or at the deadline: processes forked meanwhile
+// (a trap's cleanup) are not signalled before the deadline, and must be
+// gone before the sweep ends. At the deadline it freezes the tree before
+// killing it (SIGSTOP to every member, re-read until every member read is
+// stopped), so that a process forking in a loop cannot outrun it; and it
+// declares the tree gone only when two readings in a row find nothing and
+// no process was reparented to this one in between (see settled).
 type sweep struct {
 	log      hclog.Logger
 	sig      syscall.Signal
 	group    int                    // a process group signalled as a whole, or 0
-	members  func() ([]proc, error) // the live processes to stop
-	deadline func() time.Duration   // when SIGKILL is due, on boottime
-	wake     int                    // eventfd: the deadline moved, or ctx ended
-	ctx      context.Context        // nil: never cancelled
+	members  func() ([]proc, error) // the live processes to stop (no cgroup)
+	kids     func() []int           // this process's children, to see orphans in transit; nil: none come here
+	cg       *cgroup                // the tree's cgroup, or nil
+	deadline func() time.Duration   // when SIGKILL is due, on clock
+	clock    fence.Clock
+	wake     int             // eventfd: the deadline moved, or ctx ended
+	ctx      context.Context // nil: never cancelled
 }
 
 type procKey struct {
@@ -41,6 +57,99 @@ type procKey struct {
 }
 
 func (s *sweep) run() error {
+	// The grace's timer writes to wake, so poll(2) returns at the deadline
+	// on the injected clock rather than on poll's own monotonic clock.
+	timer, err := s.clock.NewTimer()
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	bridged := make(chan struct{})
+	go func() {
+		defer close(bridged)
+		for {
+			select {
+			case <-timer.C():
+				wakeUp(s.wake)
+			case <-done:
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(done)
+		<-bridged
+		timer.Close()
+	}()
+	if s.cg != nil {
+		return s.runCgroup(timer)
+	}
+	return s.runProcs(timer)
+}
+
+func (s *sweep) cancelled() error {
+	if s.ctx != nil && s.ctx.Err() != nil {
+		return context.Cause(s.ctx)
+	}
+	return nil
+}
+
+func (s *sweep) runCgroup(timer fence.Timer) error {
+	events, err := s.cg.watch() // before the first reading: no change is missed
+	if err != nil {
+		return err
+	}
+	defer unix.Close(events)
+	if pop, err := s.cg.populated(); err != nil || !pop {
+		return err
+	}
+	skip := func(pid int) bool {
+		q, err := readProc(pid)
+		return err == nil && s.group != 0 && q.pgid == s.group
+	}
+	s.log.Debug("sending the stop signal", "signal", s.sig, "cgroup", s.cg.path)
+	for _, sig := range []syscall.Signal{s.sig, syscall.SIGCONT} {
+		if s.group != 0 {
+			if err := unix.Kill(-s.group, sig); err != nil && err != unix.ESRCH {
+				s.log.Warn("cannot signal the process group", "pgid", s.group, "signal", sig, "error", err)
+			}
+		}
+		if _, err := s.cg.signal(sig, skip); err != nil {
+			s.log.Warn("cannot signal every process of the cgroup", "signal", sig, "error", err)
+		}
+	}
+	killed := false
+	for {
+		if err := s.cancelled(); err != nil {
+			return err
+		}
+		pop, err := s.cg.populated()
+		if err != nil {
+			return err
+		}
+		if !pop {
+			return nil
+		}
+		if !killed && s.clock.Now() >= s.deadline() {
+			killed = true
+			s.log.Warn("grace is over, killing what is left", "cgroup", s.cg.path)
+			if err := s.cg.kill(); err != nil {
+				return err
+			}
+		}
+		if !killed {
+			timer.Set(s.deadline())
+		}
+		fds := []unix.PollFd{{Fd: int32(s.wake), Events: unix.POLLIN}, {Fd: int32(events), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+			return fmt.Errorf("supervisor: poll: %w", err)
+		}
+		drain(s.wake)
+		drain(events)
+	}
+}
+
+func (s *sweep) runProcs(timer fence.Timer) error {
 	tracked := map[procKey]int{} // pidfds of the processes waited for
 	defer func() {
 		for _, fd := range tracked {
@@ -107,41 +216,95 @@ func (s *sweep) run() error {
 			}
 		}
 	}
+	// freezeAndKill stops every member with SIGSTOP, re-reading until a
+	// reading finds only stopped members (a stopped process cannot fork),
+	// twice in a row with the same members, and then kills them all. A
+	// member that does not stop (in uninterruptible sleep) is killed after
+	// freezeTries readings as it is; the caller reads again after.
+	freezeAndKill := func() error {
+		var last []proc
+		for try := 0; ; try++ {
+			if err := s.cancelled(); err != nil {
+				return err
+			}
+			ms, err := scan()
+			if err != nil {
+				return err
+			}
+			running := false
+			for _, q := range ms {
+				if q.state != 'T' && q.state != 't' {
+					running = true
+				}
+			}
+			if !running && sameProcs(ms, last) || try == freezeTries {
+				if len(ms) > 0 {
+					send(syscall.SIGKILL, ms, true)
+				}
+				return nil
+			}
+			if running {
+				send(syscall.SIGSTOP, ms, true)
+			}
+			last = ms
+		}
+	}
+	// settled reads the tree twice; it is gone when neither reading finds
+	// a member and no child appeared here in between (an orphan reparented
+	// while a reading walked below its dead parent).
+	settled := func() (bool, error) {
+		for range 2 {
+			var before []int
+			if s.kids != nil {
+				before = s.kids()
+			}
+			ms, err := scan()
+			if err != nil || len(ms) > 0 {
+				return false, err
+			}
+			if s.kids != nil && !subset(s.kids(), before) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
 
 	ms, err := scan()
 	if err != nil {
 		return err
 	}
 	if len(ms) == 0 {
-		return nil
+		if gone, err := settled(); gone || err != nil {
+			return err
+		}
 	}
 	s.log.Debug("sending the stop signal", "signal", s.sig, "processes", len(ms))
 	send(s.sig, ms, false)
 	send(syscall.SIGCONT, ms, false)
 	killed := false
 	for {
-		if s.ctx != nil && s.ctx.Err() != nil {
-			return context.Cause(s.ctx)
+		if err := s.cancelled(); err != nil {
+			return err
 		}
-		if !killed && boottime() >= s.deadline() {
+		if !killed && s.clock.Now() >= s.deadline() {
 			killed = true
-			if ms, err = scan(); err != nil {
+			s.log.Warn("grace is over, killing what is left")
+			if err := freezeAndKill(); err != nil {
 				return err
-			}
-			if len(ms) > 0 {
-				s.log.Warn("grace is over, killing what is left", "processes", len(ms))
-				send(syscall.SIGKILL, ms, true)
 			}
 		}
 		if len(tracked) == 0 {
-			if ms, err = scan(); err != nil {
+			gone, err := settled()
+			if err != nil {
 				return err
 			}
-			if len(ms) == 0 {
+			if gone {
 				break
 			}
 			if killed {
-				send(syscall.SIGKILL, ms, true)
+				if err := freezeAndKill(); err != nil {
+					return err
+				}
 			}
 			if len(tracked) == 0 && !untracked {
 				continue // they died between the reading and pidfd_open
@@ -150,10 +313,9 @@ func (s *sweep) run() error {
 
 		timeout := -1
 		if !killed {
-			timeout = int((s.deadline() - boottime() + time.Millisecond - 1) / time.Millisecond)
-			timeout = max(timeout, 0)
+			timer.Set(s.deadline())
 		}
-		if untracked && (timeout < 0 || timeout > int(untrackedRescan/time.Millisecond)) {
+		if untracked {
 			timeout = int(untrackedRescan / time.Millisecond)
 		}
 		fds := []unix.PollFd{{Fd: int32(s.wake), Events: unix.POLLIN}}
@@ -166,8 +328,7 @@ func (s *sweep) run() error {
 			return fmt.Errorf("supervisor: poll: %w", err)
 		}
 		if fds[0].Revents != 0 {
-			var b [8]byte
-			unix.Read(s.wake, b[:])
+			drain(s.wake)
 		}
 		for i, f := range fds[1:] {
 			if f.Revents != 0 {
@@ -194,67 +355,43 @@ func (s *sweep) run() error {
 	return errors.Join(errs...)
 }
 
-// StopLeftovers stops the leftovers of a run whose wrapper died: every
-// process on this host whose environment holds marker, and their
-// descendants (not this process nor its ancestors). It sends sig (zero:
-// SIGTERM), then SIGCONT, then SIGKILL after grace, and returns nil only
-// when all of them are gone. It returns an error naming the processes it
-// could not signal (another user's), or ctx's error when ctx ends first,
-// and then some may be left.
-func StopLeftovers(ctx context.Context, marker string, sig syscall.Signal, grace time.Duration, log hclog.Logger) error {
-	if marker == "" {
-		return errors.New("supervisor: no marker to find leftovers by")
+// sameProcs reports whether a and b hold the same processes.
+func sameProcs(a, b []proc) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	if sig == 0 {
-		sig = syscall.SIGTERM
+	in := make(map[procKey]bool, len(a))
+	for _, q := range a {
+		in[procKey{q.pid, q.start}] = true
 	}
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("supervisor: eventfd: %w", err)
-	}
-	var mu sync.Mutex // wake is closed under mu, so the AfterFunc never writes to a reused fd
-	defer func() {
-		mu.Lock()
-		unix.Close(wake)
-		wake = -1
-		mu.Unlock()
-	}()
-	defer context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if wake >= 0 {
-			wakeUp(wake)
+	for _, q := range b {
+		if !in[procKey{q.pid, q.start}] {
+			return false
 		}
-	})()
-
-	deadline := boottime() + max(grace, 0)
-	found := false
-	s := &sweep{
-		log: log,
-		sig: sig,
-		members: func() ([]proc, error) {
-			procs, err := readProcs()
-			if err != nil {
-				return nil, err
-			}
-			var live []proc
-			for _, q := range closure(procs, func(q proc) bool { return !q.dead() && hasEnv(q.pid, marker) }) {
-				if !q.dead() {
-					live = append(live, q)
-				}
-			}
-			if len(live) > 0 && !found {
-				found = true
-				log.Info("stopping the leftovers of the previous holder", "processes", len(live))
-			}
-			return live, nil
-		},
-		deadline: func() time.Duration { return deadline },
-		wake:     wake,
-		ctx:      ctx,
 	}
-	return s.run()
+	return true
+}
+
+// subset reports whether every pid of a is in b.
+func subset(a, b []int) bool {
+	in := make(map[int]bool, len(b))
+	for _, p := range b {
+		in[p] = true
+	}
+	for _, p := range a {
+		if !in[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// drain empties a non-blocking eventfd or inotify descriptor.
+func drain(fd int) {
+	var b [4096]byte
+	for {
+		if n, err := unix.Read(fd, b[:]); n <= 0 || err != nil {
+			return
+		}
+	}
 }

@@ -145,6 +145,11 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 		if removed, err = backend.Prune(ctx); err != nil {
 			return fail(supervisor.ExitFailed, "%v", err)
 		}
+		stopped, err := pruneLeftovers(ctx, backend, g)
+		removed = append(removed, stopped...)
+		if err != nil {
+			return err
+		}
 	}
 	if c.JSON {
 		if removed == nil {
@@ -156,6 +161,10 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Println("nothing to prune")
 	}
 	for _, p := range removed {
+		if p.What == "leftovers" {
+			fmt.Printf("stopped leftovers of %s: %d processes of dead holder pid %d\n", p.Key, p.Count, p.HolderPID)
+			continue
+		}
 		fmt.Printf("removed %s", p.What)
 		if p.Key != "" {
 			fmt.Printf(" of %s", p.Key)
@@ -167,3 +176,48 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	return nil
 }
+
+// pruneLeftovers stops what dead holders left running on free keys, as
+// their next holder would: it takes each such key without waiting (a fence
+// is used up), stops the trees, confirms them stopped and releases. A key
+// someone holds or waits for is left to that holder.
+func pruneLeftovers(ctx context.Context, backend store.Store, g *Globals) ([]store.Pruned, error) {
+	all, err := backend.List(ctx)
+	if err != nil {
+		return nil, fail(supervisor.ExitFailed, "%v", err)
+	}
+	var out []store.Pruned
+	for _, st := range all {
+		if st.State != store.Free || len(st.Leftovers) == 0 || len(st.Waiters) > 0 {
+			continue
+		}
+		if n, _ := supervisor.CountTrees(st.Leftovers); n == 0 {
+			continue
+		}
+		lease, _, err := backend.Acquire(ctx, st.Key, store.Claim{Name: "fencerun prune", TTL: 30 * time.Second})
+		if err != nil || lease == nil {
+			continue // taken meanwhile: its holder stops them
+		}
+		p := lease.Predecessor()
+		if p == nil {
+			_ = lease.Release(ctx)
+			continue
+		}
+		n, elsewhere, err := supervisor.StopTrees(ctx, p.Leftovers, supervisor.StopConfig{Grace: pruneGrace, Logger: g.log.Named("supervisor")})
+		if err == nil && !elsewhere {
+			err = lease.LeftoversStopped(ctx)
+		}
+		if rerr := lease.Release(ctx); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return out, fail(supervisor.ExitFailed, "%s: %v", st.Key, err)
+		}
+		last := p.Leftovers[len(p.Leftovers)-1]
+		out = append(out, store.Pruned{Key: st.Key, What: "leftovers", Path: last.Cgroup, HolderPID: last.HolderPID, Count: n})
+	}
+	return out, nil
+}
+
+// pruneGrace is prune's grace for dead holders' leftovers: run's default.
+const pruneGrace = 10 * time.Second

@@ -41,8 +41,11 @@ type RunCmd struct {
 	StuckAfter   *time.Duration `placeholder:"D" help:"Stop a command that ran 'fencerun tick' at least once and then not for this long (exit 78). Default off for keys, 5m for residents; 0 turns it off."`
 	NoHandover   bool           `help:"Resident: never ask an older build to hand over."`
 	HandoverWait time.Duration  `default:"30s" help:"Resident: how long to wait for the holder to hand over."`
+	Cgroup       string         `enum:"auto,require,off" default:"auto" help:"auto: run the command in a cgroup of its own where a writable cgroup v2 hierarchy exists (root, or a systemd-delegated subtree), so that its whole tree is found and killed exactly; require: exit 125 where none does; off: find the tree among fencerun's descendants."`
 
 	Command []string `arg:"" optional:"" passthrough:"partial" help:"The command and its arguments, after --."`
+
+	cgroup string // the command's cgroup path, if contained
 }
 
 // Validate checks the flags (B2) before anything touches the disk.
@@ -162,6 +165,18 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		TTL:    r.TTL,
 		Wait:   !r.wait().None(),
 		Marker: fence.TickMarker(ticks.Addr()),
+	}
+	if r.Cgroup != "off" {
+		h, err := supervisor.FindHierarchy()
+		switch {
+		case err == nil:
+			r.cgroup = h.NewPath()
+			claim.Cgroup = r.cgroup
+		case r.Cgroup == "require":
+			return fail(supervisor.ExitFailed, "--cgroup require: %v", err)
+		default:
+			log.Debug("no cgroup for the command; finding its tree among fencerun's descendants", "reason", err)
+		}
 	}
 
 	lease, env, err := r.acquireUnlessSignalled(ctx, g, claim, path, stopSig, sigs)
@@ -344,6 +359,7 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 			p, err := supervisor.Start(supervisor.Config{
 				Argv: r.Command, Env: env, Marker: marker,
 				StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"),
+				Cgroup: r.cgroup, Clock: clock,
 			})
 			proc = p
 			mu.Unlock()
@@ -356,8 +372,8 @@ func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Le
 			}
 			close(started)
 			log.Debug("command started", "pid", p.Pid(), "argv", r.Command)
-			if err := lease.SetCommandPID(ctx, p.Pid()); err != nil {
-				log.Warn("could not record the command's pid for status", "error", err)
+			if err := lease.SetCommand(ctx, p.Group(), supervisor.OwnSession()); err != nil {
+				log.Warn("could not record the command's process group", "error", err)
 			}
 			status = p.Wait()
 			return nil
@@ -493,18 +509,23 @@ func stopLeftovers(ctx context.Context, lease store.Lease, sig syscall.Signal, g
 	if p == nil {
 		return nil
 	}
-	markers := p.Leftovers
-	if len(markers) == 0 && p.Marker != "" {
-		markers = []string{p.Marker}
+	trees := p.Leftovers
+	if len(trees) == 0 && p.Marker != "" {
+		trees = []store.Leftover{{HolderPID: p.PID, Host: p.Host, Marker: p.Marker}}
 	}
-	if len(markers) == 0 {
+	if len(trees) == 0 {
 		return nil
 	}
-	log.Info("the previous holder died holding the lease; stopping its leftovers", "pid", p.PID, "trees", len(markers))
-	for _, m := range markers {
-		if err := supervisor.StopLeftovers(ctx, m, sig, grace, log.Named("supervisor")); err != nil {
-			return fail(supervisor.ExitFailed, "stopping the leftovers of dead holder pid %d: %v", p.PID, err)
-		}
+	log.Info("the previous holder died holding the lease; stopping its leftovers", "pid", p.PID, "trees", len(trees))
+	_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: sig, Grace: grace, Logger: log.Named("supervisor")})
+	if err != nil {
+		return fail(supervisor.ExitFailed, "%v", err)
+	}
+	if elsewhere {
+		// Only a fencerun on that host can stop them (SPEC E5): they stay
+		// recorded for it.
+		log.Warn("a dead holder's leftovers run on another host; they are left to a fencerun there")
+		return nil
 	}
 	if err := lease.LeftoversStopped(ctx); err != nil {
 		log.Warn("could not record that the leftovers are gone; the next holder will look again", "error", err)

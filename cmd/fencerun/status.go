@@ -65,12 +65,13 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 			st = &store.Status{Key: s.Key, State: store.Corrupt, Err: err}
 		}
 	}
+	v := view(*st)
 	if s.JSON {
-		if err := writeJSON(os.Stdout, view(*st)); err != nil {
+		if err := writeJSON(os.Stdout, v); err != nil {
 			return err
 		}
 	} else {
-		printStatus(os.Stdout, *st, time.Now())
+		printStatus(os.Stdout, v, time.Now())
 	}
 	if s.ExitCode {
 		return exitCode(map[store.State]int{store.Held: 0, store.Stuck: 0, store.Free: 3, store.Expired: 4, store.Corrupt: 5}[st.State])
@@ -122,17 +123,18 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	all = slices.DeleteFunc(all, func(st store.Status) bool { return !l.shows(st) })
+	views := make([]statusView, len(all))
+	for i, st := range all {
+		views[i] = view(st)
+	}
 	if l.JSON {
-		views := make([]statusView, len(all))
-		for i, st := range all {
-			views[i] = view(st)
-		}
 		return writeJSON(os.Stdout, views)
 	}
 	now := time.Now()
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "KEY\tSTATE\tHOLDER\tHELD-FOR\tWAITERS\tREASON")
-	for _, st := range all {
+	for _, v := range views {
+		st := v.Status
 		holder, heldFor, reason := "-", "-", ""
 		if h := st.Holder; h != nil {
 			holder = fmt.Sprintf("%s (pid %d)", h.Name, h.PID)
@@ -141,6 +143,9 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		if st.Err != nil {
 			reason = st.Err.Error()
+		}
+		if v.Leftovers != nil {
+			reason = v.Leftovers.String()
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", st.Key, st.State, store.Printable(holder), heldFor, len(st.Waiters), store.Printable(reason))
 	}
@@ -151,8 +156,9 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 // out, and waiters never null.
 type statusView struct {
 	store.Status
-	Waiters []waiterView `json:"waiters"`
-	Error   string       `json:"error,omitempty"`
+	Waiters   []waiterView   `json:"waiters"`
+	Error     string         `json:"error,omitempty"`
+	Leftovers *leftoversView `json:"leftovers,omitempty"`
 }
 
 // waiterView is a waiter as JSON shows it: queued since, never "acquired".
@@ -165,6 +171,20 @@ type waiterView struct {
 	Build  *store.Build `json:"build,omitempty"`
 }
 
+// leftoversView is what a dead holder left running (SPEC: a free key keeps
+// its state, with this beside it).
+type leftoversView struct {
+	HolderPID int    `json:"holder_pid"`
+	Count     int    `json:"count"`
+	Cgroup    string `json:"cgroup,omitempty"`
+}
+
+func (l *leftoversView) String() string {
+	return fmt.Sprintf("leftovers: %d processes of dead holder pid %d", l.Count, l.HolderPID)
+}
+
+// view is st as shown, with what only this host can tell: how many
+// processes the holder's cgroup holds, and how many a dead holder left.
 func view(st store.Status) statusView {
 	v := statusView{Status: st, Waiters: []waiterView{}}
 	for _, w := range st.Waiters {
@@ -172,6 +192,17 @@ func view(st store.Status) statusView {
 	}
 	if st.Err != nil {
 		v.Error = st.Err.Error()
+	}
+	if h := st.Holder; h != nil && h.Cgroup != "" {
+		c := *h
+		c.Processes, _ = supervisor.CountTrees([]store.Leftover{{HolderPID: h.PID, Host: h.Host, Cgroup: h.Cgroup}})
+		v.Holder = &c
+	}
+	if st.Holder == nil && len(st.Leftovers) > 0 {
+		if n, _ := supervisor.CountTrees(st.Leftovers); n > 0 {
+			last := st.Leftovers[len(st.Leftovers)-1]
+			v.Leftovers = &leftoversView{HolderPID: last.HolderPID, Count: n, Cgroup: last.Cgroup}
+		}
 	}
 	return v
 }
@@ -182,7 +213,8 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func printStatus(w io.Writer, st store.Status, now time.Time) {
+func printStatus(w io.Writer, v statusView, now time.Time) {
+	st := v.Status
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	defer tw.Flush()
 	if st.Store != "" {
@@ -198,6 +230,9 @@ func printStatus(w io.Writer, st store.Status, now time.Time) {
 		fmt.Fprintf(tw, "holder:\t%s (pid %d on %s)\n", store.Printable(h.Name), h.PID, store.Printable(h.Host))
 		if h.CommandPID != 0 {
 			fmt.Fprintf(tw, "command pid:\t%d\n", h.CommandPID)
+		}
+		if h.Cgroup != "" {
+			fmt.Fprintf(tw, "cgroup:\t%s (%d processes)\n", store.Printable(h.Cgroup), h.Processes)
 		}
 		if h.Reason != "" {
 			fmt.Fprintf(tw, "reason:\t%s\n", store.Printable(h.Reason))
@@ -216,6 +251,13 @@ func printStatus(w io.Writer, st store.Status, now time.Time) {
 		if h.Cancel {
 			fmt.Fprintf(tw, "cancel:\trequested\n")
 		}
+	}
+	if l := v.Leftovers; l != nil {
+		fmt.Fprintf(tw, "leftovers:\t%d processes of dead holder pid %d", l.Count, l.HolderPID)
+		if l.Cgroup != "" {
+			fmt.Fprintf(tw, " in cgroup %s", store.Printable(l.Cgroup))
+		}
+		fmt.Fprintln(tw)
 	}
 	if len(st.Waiters) > 0 {
 		fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))

@@ -30,6 +30,7 @@ type desc struct {
 // leftover is a holder's command tree, kept until it is known gone.
 type leftover struct {
 	Marker string `json:"marker"`
+	Cgroup string `json:"cgroup,omitempty"`
 	Host   string `json:"host"`
 	Name   string `json:"name"`
 	PID    int    `json:"pid"`
@@ -150,7 +151,7 @@ func orCause(ctx context.Context, err error) error {
 }
 
 func (a *acquirer) leftoverPut(fence uint64) clientv3.Op {
-	data, _ := json.Marshal(leftover{Marker: a.claim.Marker, Host: a.claim.Host, Name: a.claim.Name, PID: a.claim.PID, Fence: fence})
+	data, _ := json.Marshal(leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.claim.Host, Name: a.claim.Name, PID: a.claim.PID, Fence: fence})
 	return clientv3.OpPut(leftoverKey(a.key, a.id), string(data))
 }
 
@@ -270,20 +271,20 @@ func predecessor(records []*mvccpb.KeyValue, own, host string) (*store.Holder, [
 	var (
 		p    *store.Holder
 		keys []string
-		all  []string
+		all  []store.Leftover
 	)
 	for _, kv := range records {
 		if string(kv.Key) == own {
 			continue
 		}
 		var r leftover
-		if json.Unmarshal(kv.Value, &r) != nil || r.Marker == "" {
+		if json.Unmarshal(kv.Value, &r) != nil || r.Marker == "" && r.Cgroup == "" {
 			continue
 		}
 		if r.Host == host {
 			keys = append(keys, string(kv.Key))
 		}
-		all = append(all, r.Marker)
+		all = append(all, store.Leftover{HolderPID: r.PID, Host: r.Host, Marker: r.Marker, Cgroup: r.Cgroup})
 		fence := r.Fence
 		if fence == 0 {
 			fence = uint64(kv.CreateRevision)

@@ -123,9 +123,11 @@ func (l *Lease) Tick(ctx context.Context, t time.Time) error {
 	return l.describe(ctx, func(d *desc) { d.LastTick = t })
 }
 
-// SetCommandPID records the command's pid in the holder's description.
-func (l *Lease) SetCommandPID(ctx context.Context, pid int) error {
-	return l.describe(ctx, func(d *desc) { d.CommandPID = pid })
+// SetCommand records the command's pid in the holder's description. The
+// group and session are not kept on etcd yet: its leftovers are found by
+// their cgroup, else by their marker.
+func (l *Lease) SetCommand(ctx context.Context, group, _ store.ProcessID) error {
+	return l.describe(ctx, func(d *desc) { d.CommandPID = group.ID })
 }
 
 func (l *Lease) describe(ctx context.Context, change func(*desc)) error {

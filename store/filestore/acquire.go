@@ -226,12 +226,7 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 	if rec.Holder != nil {
 		pred = rec.Holder // live was free: its holder died holding the lease
 	}
-	leftovers := slices.Clone(rec.Leftovers)
-	for _, h := range []*holderRecord{rec.Predecessor, rec.Holder} {
-		if h != nil && h.Marker != "" && !slices.Contains(leftovers, h.Marker) {
-			leftovers = append(leftovers, h.Marker)
-		}
-	}
+	leftovers := rec.trees()
 	term := store.Term{Start: a.claim.Clock(), TTL: a.claim.TTL}
 	now := a.s.now()
 	next := record{
@@ -245,6 +240,7 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 			Host:     a.claim.Host,
 			Reason:   a.claim.Reason,
 			Marker:   a.claim.Marker,
+			Cgroup:   a.claim.Cgroup,
 			Notify:   n.name,
 			Acquired: now,
 			Expires:  now.Add(a.claim.TTL),
@@ -276,6 +272,7 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 		clock:   a.claim.Clock,
 		term:    term,
 		version: next.Version,
+		cgroup:  a.claim.Cgroup != "",
 		pred:    predecessor(pred, rec.Fence, leftovers),
 		changes: make(chan struct{}, 1),
 	}
@@ -466,17 +463,18 @@ func sortQueue(q []queued) {
 }
 
 // predecessor describes what a new holder must stop before its command
-// starts: the dead holder, with every marker still to stop.
-func predecessor(h *holderRecord, fence uint64, leftovers []string) *store.Holder {
+// starts: the dead holder, with every tree still to stop.
+func predecessor(h *holderRecord, fence uint64, leftovers []store.Leftover) *store.Holder {
 	if len(leftovers) == 0 {
 		return nil
 	}
 	p := h.holder(fence)
 	if p == nil {
-		p = &store.Holder{Fence: fence}
+		last := leftovers[len(leftovers)-1]
+		p = &store.Holder{Fence: fence, PID: last.HolderPID, Host: last.Host}
 	}
 	if p.Marker == "" {
-		p.Marker = leftovers[len(leftovers)-1]
+		p.Marker = leftovers[len(leftovers)-1].Marker
 	}
 	p.Leftovers = leftovers
 	return p

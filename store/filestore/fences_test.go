@@ -184,7 +184,7 @@ func TestLeftoversArePassedOnUntilConfirmed(t *testing.T) {
 	// earlier holder's leftovers.
 	writeState(t, s, "k", leaseFile, `{"schema":1,"fence":1,"version":2,"token":"00112233445566778899aabbccddeeff",`+
 		`"holder":{"name":"b","pid":999999,"host":"h","marker":"M-b","acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:30Z"},`+
-		`"leftovers":["M-a"]}`)
+		`"trees":[{"holder_pid":999998,"host":"h","marker":"M-a"}]}`)
 	acquire := func() store.Lease {
 		t.Helper()
 		l, h, err := s.Acquire(context.Background(), "k", store.Claim{Name: "t", TTL: time.Minute})
@@ -195,7 +195,7 @@ func TestLeftoversArePassedOnUntilConfirmed(t *testing.T) {
 	}
 	l := acquire()
 	p := l.Predecessor()
-	if p == nil || strings.Join(p.Leftovers, ",") != "M-a,M-b" {
+	if p == nil || strings.Join(markers(p), ",") != "M-a,M-b" {
 		t.Fatalf("predecessor %+v, want leftovers M-a and M-b", p)
 	}
 	// Released without confirming: the next holder must still stop them.
@@ -203,7 +203,7 @@ func TestLeftoversArePassedOnUntilConfirmed(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = acquire()
-	if p := l.Predecessor(); p == nil || strings.Join(p.Leftovers, ",") != "M-a,M-b" {
+	if p := l.Predecessor(); p == nil || strings.Join(markers(p), ",") != "M-a,M-b" {
 		t.Fatalf("after an unconfirmed release: predecessor %+v, want leftovers M-a and M-b", p)
 	}
 	if err := l.LeftoversStopped(context.Background()); err != nil {
@@ -217,4 +217,12 @@ func TestLeftoversArePassedOnUntilConfirmed(t *testing.T) {
 	if p := l.Predecessor(); p != nil {
 		t.Fatalf("after the leftovers were confirmed gone: predecessor %+v, want none", p)
 	}
+}
+
+func markers(p *store.Holder) []string {
+	var out []string
+	for _, l := range p.Leftovers {
+		out = append(out, l.Marker)
+	}
+	return out
 }

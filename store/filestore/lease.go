@@ -34,10 +34,11 @@ type Lease struct {
 	live     int
 	version  uint64 // of the record as this lease last wrote it
 	released bool
-	pid      int // the command's, for the next write (SetCommandPID)
-	// pidWritten: a write carried pid; pidTimer writes it otherwise.
-	pidWritten bool
-	pidTimer   *time.Timer
+	cmd      *holderRecord // the command's pid, group and session, for the next write (SetCommand)
+	cgroup   bool          // the claim named a cgroup
+	// cmdWritten: a write carried cmd; cmdTimer writes it otherwise.
+	cmdWritten bool
+	cmdTimer   *time.Timer
 }
 
 var _ store.Lease = (*Lease)(nil)
@@ -62,18 +63,21 @@ func (l *Lease) LeftoversStopped(ctx context.Context) error {
 	return l.update(ctx, func(r *record) { r.Leftovers = nil })
 }
 
-// SetCommandPID keeps pid for the next write, and writes it within
-// commandPIDDelay if nothing else did: an uncontended run of a short
-// command stays at one record write (P1), and status shows the command's
-// pid of a long one within a second, not only after the first renewal.
-func (l *Lease) SetCommandPID(_ context.Context, pid int) error {
+// SetCommand records the command's group and session (see store.Lease).
+// With a cgroup, which finds the tree exactly, they are kept for the next
+// write, and written within commandPIDDelay if nothing else did: an
+// uncontended run of a short command stays at one record write (P1), and
+// status shows the command's pid of a long one within a second. Without a
+// cgroup they are written at once: a holder killed before then must not
+// leave its process group unrecorded.
+func (l *Lease) SetCommand(ctx context.Context, group, session store.ProcessID) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pid = pid
-	if l.pidTimer == nil && !l.released {
-		l.pidTimer = time.AfterFunc(commandPIDDelay, func() {
+	l.cmd = &holderRecord{CommandPID: group.ID, Group: group, Session: session}
+	deferred := l.cgroup
+	if deferred && l.cmdTimer == nil && !l.released {
+		l.cmdTimer = time.AfterFunc(commandPIDDelay, func() {
 			l.mu.Lock()
-			written := l.pidWritten
+			written := l.cmdWritten
 			l.mu.Unlock()
 			if !written {
 				// A lost lease says so to the keeper at its next check.
@@ -81,10 +85,14 @@ func (l *Lease) SetCommandPID(_ context.Context, pid int) error {
 			}
 		})
 	}
-	return nil
+	l.mu.Unlock()
+	if deferred {
+		return nil
+	}
+	return l.update(ctx, func(*record) {})
 }
 
-// commandPIDDelay is how long SetCommandPID leaves the pid for another
+// commandPIDDelay is how long SetCommand leaves the pid for another
 // write to carry.
 const commandPIDDelay = 500 * time.Millisecond
 
@@ -123,9 +131,9 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 		return err
 	}
 	change(&rec)
-	if l.pid != 0 {
-		rec.Holder.CommandPID = l.pid
-		l.pidWritten = true
+	if c := l.cmd; c != nil {
+		rec.Holder.CommandPID, rec.Holder.Group, rec.Holder.Session = c.CommandPID, c.Group, c.Session
+		l.cmdWritten = true
 	}
 	rec.Version++
 	if _, err := writeAtomic(l.kd, leaseFile, rec.marshal(), writeOpts{}); err != nil {
@@ -203,8 +211,8 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
-	if l.pidTimer != nil {
-		l.pidTimer.Stop()
+	if l.cmdTimer != nil {
+		l.cmdTimer.Stop()
 	}
 	defer func() {
 		l.notify.stop(true)

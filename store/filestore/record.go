@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -31,10 +32,11 @@ type record struct {
 	Token       string        `json:"token,omitempty"`
 	Holder      *holderRecord `json:"holder"`
 	Predecessor *holderRecord `json:"predecessor,omitempty"`
-	// Leftovers are the markers of dead holders' trees that may still run:
-	// kept until a holder confirms them stopped (Lease.LeftoversStopped),
-	// so that a holder dying while it stops them passes them on.
-	Leftovers []string `json:"leftovers,omitempty"`
+	// Leftovers are dead holders' trees that may still run: kept until a
+	// holder confirms them stopped (Lease.LeftoversStopped), so that a
+	// holder dying while it stops them passes them on. ("trees": an older
+	// fencerun's "leftovers" held bare markers.)
+	Leftovers []store.Leftover `json:"trees,omitempty"`
 }
 
 type holderRecord struct {
@@ -47,9 +49,13 @@ type holderRecord struct {
 	Acquired time.Time `json:"acquired"`
 	Expires  time.Time `json:"expires"`
 	LastTick time.Time `json:"last_tick,omitzero"`
-	// CommandPID is written with the first renewal or tick after the
-	// command started (Lease.SetCommandPID): never a write of its own.
-	CommandPID int `json:"command_pid,omitempty"`
+	Cgroup   string    `json:"cgroup,omitempty"`
+	// CommandPID, Group and Session are written by Lease.SetCommand: with
+	// the first renewal or tick after the command started where Cgroup
+	// finds the tree, else at once.
+	CommandPID int             `json:"command_pid,omitempty"`
+	Group      store.ProcessID `json:"group,omitzero"`
+	Session    store.ProcessID `json:"session,omitzero"`
 }
 
 // tokenLen is the length of a token in hex: 128 bits.
@@ -141,7 +147,31 @@ func (h *holderRecord) holder(fence uint64) *store.Holder {
 		LastTick:   h.LastTick,
 		Marker:     h.Marker,
 		CommandPID: h.CommandPID,
+		Cgroup:     h.Cgroup,
 	}
+}
+
+// tree is what h's command may have left running if h died; ok is false
+// when the record names nothing to look for.
+func (h *holderRecord) tree() (store.Leftover, bool) {
+	if h == nil {
+		return store.Leftover{}, false
+	}
+	t := store.Leftover{HolderPID: h.PID, Host: h.Host, Marker: h.Marker, Cgroup: h.Cgroup, Group: h.Group, Session: h.Session}
+	return t, t.Marker != "" || t.Cgroup != "" || t.Group.ID != 0
+}
+
+// trees is every tree of rec that may still run once its holder (if any)
+// is known dead: those not confirmed stopped, the pruned predecessor's
+// and the holder's own.
+func (r *record) trees() []store.Leftover {
+	out := slices.Clone(r.Leftovers)
+	for _, h := range []*holderRecord{r.Predecessor, r.Holder} {
+		if t, ok := h.tree(); ok && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // waiterRecord is the content of a queue entry.

@@ -483,12 +483,20 @@ func testLeftoversHandedOn(t *testing.T, b *Backend) {
 	release(t, third)
 }
 
-// leftovers are the trees a predecessor names, by marker.
+// leftovers are the trees a predecessor names, by marker; each must carry
+// the host it runs on.
 func leftovers(p *store.Holder) []string {
 	if len(p.Leftovers) == 0 {
 		return []string{p.Marker}
 	}
-	return p.Leftovers
+	var markers []string
+	for _, l := range p.Leftovers {
+		if l.Host == "" {
+			continue // no host: nobody may act on it
+		}
+		markers = append(markers, l.Marker)
+	}
+	return markers
 }
 
 func testClose(t *testing.T, b *Backend) {

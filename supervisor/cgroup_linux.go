@@ -1,0 +1,350 @@
+package supervisor
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mountinfo and SelfCgroup are where FindHierarchy looks: the mounts of this
+// process and its cgroup membership. Tests point them at files naming a
+// read-only or missing hierarchy.
+var (
+	Mountinfo  = "/proc/self/mountinfo"
+	SelfCgroup = "/proc/self/cgroup"
+)
+
+// cgroupPrefix starts the name of every cgroup fencerun creates; a path read
+// from a record is only acted on if its last element has this form.
+const cgroupPrefix = "fencerun-"
+
+// Hierarchy is the writable cgroup v2 directory this process runs in, below
+// which it creates its commands' cgroups. A command's cgroup below a
+// fencerun's command cgroup is nested in it, so a fencerun run inside a
+// contained command nests its cgroup too.
+type Hierarchy struct {
+	mount string // the cgroup2 mount point
+	dir   string // this process's own cgroup, under mount
+}
+
+// FindHierarchy finds the cgroup v2 hierarchy in Mountinfo (a unified
+// system's /sys/fs/cgroup or a hybrid one's /sys/fs/cgroup/unified) and
+// this process's cgroup in it, and checks that this process may create a
+// cgroup there (as root, or in a subtree delegated to it). The error says
+// why there is none.
+func FindHierarchy() (*Hierarchy, error) {
+	mount, root, err := cgroup2Mount(Mountinfo)
+	if err != nil {
+		return nil, err
+	}
+	own, err := ownCgroup(SelfCgroup)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := filepath.Rel(root, own)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return nil, fmt.Errorf("supervisor: this process's cgroup %s is outside the mounted cgroup2 hierarchy %s", own, mount)
+	}
+	h := &Hierarchy{mount: mount, dir: filepath.Join(mount, rel)}
+	if err := unix.Access(h.dir, unix.W_OK|unix.X_OK); err != nil {
+		return nil, fmt.Errorf("supervisor: cannot create cgroups in %s: %w", h.dir, err)
+	}
+	return h, nil
+}
+
+// NewPath returns a fresh, unique path for a command's cgroup, not yet
+// created: the lease records it before the command starts.
+func (h *Hierarchy) NewPath() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return filepath.Join(h.dir, cgroupPrefix+strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(b[:]))
+}
+
+// cgroup2Mount reads the first cgroup2 mount of mountinfo: its mount point
+// and the hierarchy's directory mounted there. A read-only mount is an
+// error that says so.
+func cgroup2Mount(mountinfo string) (mount, root string, err error) {
+	f, err := os.Open(mountinfo)
+	if err != nil {
+		return "", "", fmt.Errorf("supervisor: reading mounts: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 6 || len(g) < 1 || g[0] != "cgroup2" {
+			continue
+		}
+		mount, root = unescapeMount(f[4]), unescapeMount(f[3])
+		for _, o := range strings.Split(f[5], ",") {
+			if o == "ro" {
+				return "", "", fmt.Errorf("supervisor: the cgroup2 hierarchy at %s is mounted read-only", mount)
+			}
+		}
+		if st, err := os.Stat(mount); err != nil || !st.IsDir() {
+			return "", "", fmt.Errorf("supervisor: the cgroup2 hierarchy at %s is missing: %v", mount, err)
+		}
+		return mount, root, nil
+	}
+	if err := sc.Err(); err != nil {
+		return "", "", fmt.Errorf("supervisor: reading %s: %w", mountinfo, err)
+	}
+	return "", "", errors.New("supervisor: no cgroup2 hierarchy is mounted")
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ownCgroup reads this process's cgroup v2 path ("0::/PATH").
+func ownCgroup(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("supervisor: reading this process's cgroup: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("supervisor: %s names no cgroup v2 membership", file)
+}
+
+// cgroup is a command's cgroup: the tree is exactly its processes (and its
+// nested cgroups'), stopping ends with cgroup.kill, and the tree is gone
+// when cgroup.events says "populated 0".
+type cgroup struct {
+	path string
+	own  string // the path as /proc/PID/cgroup shows it ("0::" + own)
+	fd   int    // the directory, O_RDONLY: for clone3's CLONE_INTO_CGROUP
+}
+
+// createCgroup creates the cgroup at path; it fails where the kernel has no
+// cgroup.kill (before 5.14), which containment relies on.
+func createCgroup(path string) (*cgroup, error) {
+	if err := os.Mkdir(path, 0o755); err != nil {
+		return nil, fmt.Errorf("supervisor: creating cgroup: %w", err)
+	}
+	c, err := openCgroup(path)
+	if err == nil {
+		if _, err = os.Stat(filepath.Join(path, "cgroup.kill")); err != nil {
+			c.close()
+			err = fmt.Errorf("supervisor: cgroup %s has no cgroup.kill (Linux 5.14 or later needed)", path)
+		}
+	}
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	return c, nil
+}
+
+// openCgroup opens an existing cgroup; fs.ErrNotExist when it is gone.
+func openCgroup(path string) (*cgroup, error) {
+	mount, root, err := cgroup2Mount(Mountinfo)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := filepath.Rel(mount, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return nil, fmt.Errorf("supervisor: cgroup %s is outside the cgroup2 hierarchy %s", path, mount)
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if err == unix.ENOENT {
+			return nil, fs.ErrNotExist
+		}
+		return nil, fmt.Errorf("supervisor: opening cgroup %s: %w", path, err)
+	}
+	return &cgroup{path: path, own: filepath.Join(root, rel), fd: fd}, nil
+}
+
+func (c *cgroup) close() {
+	if c.fd >= 0 {
+		unix.Close(c.fd)
+		c.fd = -1
+	}
+}
+
+// populated reads cgroup.events: whether a live process is left in the
+// cgroup or below it (a zombie is not counted).
+func (c *cgroup) populated() (bool, error) {
+	b, err := os.ReadFile(filepath.Join(c.path, "cgroup.events"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil // removed: nothing can be in it
+	}
+	if err != nil {
+		return false, fmt.Errorf("supervisor: reading %s/cgroup.events: %w", c.path, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "populated "); ok {
+			return v != "0", nil
+		}
+	}
+	return false, fmt.Errorf("supervisor: %s/cgroup.events has no populated line", c.path)
+}
+
+// watch returns an inotify descriptor that becomes readable when
+// cgroup.events changes: the kernel's word that the tree may be gone.
+func (c *cgroup) watch() (int, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return -1, fmt.Errorf("supervisor: inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, filepath.Join(c.path, "cgroup.events"), unix.IN_MODIFY); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("supervisor: watching %s/cgroup.events: %w", c.path, err)
+	}
+	return fd, nil
+}
+
+// pids lists the processes of the cgroup and of the cgroups below it.
+func (c *cgroup) pids() ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(c.path, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
+				return nil
+			}
+			return err
+		}
+		for _, f := range bytes.Fields(b) {
+			if pid, err := strconv.Atoi(string(f)); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: reading the processes of cgroup %s: %w", c.path, err)
+	}
+	return pids, nil
+}
+
+// signal sends sig to every process of the cgroup except those skip says
+// were signalled otherwise (as a process group). Each is checked through a
+// pidfd to still be in the cgroup, so that a reused pid is never signalled.
+func (c *cgroup) signal(sig syscall.Signal, skip func(pid int) bool) (int, error) {
+	pids, err := c.pids()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, pid := range pids {
+		if pid == os.Getpid() || skip != nil && skip(pid) {
+			continue
+		}
+		fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+		if err != nil {
+			continue // gone
+		}
+		if c.has(pid) {
+			if err := sendSignal(fd, sig); err != nil {
+				errs = append(errs, fmt.Errorf("supervisor: signalling pid %d: %w", pid, err))
+			} else {
+				n++
+			}
+		}
+		unix.Close(fd)
+	}
+	return n, errors.Join(errs...)
+}
+
+// has reports whether pid is a live process of the cgroup or below it.
+func (c *cgroup) has(pid int) bool {
+	own, err := ownCgroup("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	return err == nil && (own == c.own || strings.HasPrefix(own, c.own+"/"))
+}
+
+// kill writes cgroup.kill: the kernel SIGKILLs every process of the cgroup
+// and below, atomically against forks.
+func (c *cgroup) kill() error {
+	err := os.WriteFile(filepath.Join(c.path, "cgroup.kill"), []byte("1"), 0)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("supervisor: writing %s/cgroup.kill: %w", c.path, err)
+	}
+	return nil
+}
+
+// remove removes the cgroup and the (empty) cgroups nested in it, deepest
+// first: a nested fencerun that was killed leaves its own behind.
+func (c *cgroup) remove() error {
+	c.close()
+	var dirs []string
+	_ = filepath.WalkDir(c.path, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	var err error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if e := unix.Rmdir(dirs[i]); e != nil && e != unix.ENOENT {
+			err = fmt.Errorf("supervisor: removing cgroup %s: %w", dirs[i], e)
+		}
+	}
+	return err
+}
+
+// validCgroup checks a cgroup path read from a record: it must be a clean
+// absolute path inside the cgroup2 hierarchy whose last element fencerun
+// could have created, so that a record can never name another cgroup.
+func validCgroup(path string) error {
+	mount, _, err := cgroup2Mount(Mountinfo)
+	if err != nil {
+		return err
+	}
+	base := filepath.Base(path)
+	switch {
+	case filepath.Clean(path) != path || !filepath.IsAbs(path):
+		return fmt.Errorf("supervisor: cgroup path %q is not clean and absolute", path)
+	case !strings.HasPrefix(path, mount+"/"):
+		return fmt.Errorf("supervisor: cgroup path %q is outside the cgroup2 hierarchy %s", path, mount)
+	case !strings.HasPrefix(base, cgroupPrefix):
+		return fmt.Errorf("supervisor: cgroup path %q was not made by fencerun", path)
+	}
+	return nil
+}

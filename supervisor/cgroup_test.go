@@ -1,0 +1,112 @@
+package supervisor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencerun/fencerun/fence"
+)
+
+// hierarchy returns the writable cgroup v2 hierarchy the tests run in, or
+// skips: CI and this project's machines have one (as root).
+func hierarchy(t *testing.T) *Hierarchy {
+	t.Helper()
+	h, err := FindHierarchy()
+	if err != nil {
+		t.Skipf("no writable cgroup v2 hierarchy: %v", err)
+	}
+	return h
+}
+
+// FindHierarchy's seam: a mountinfo naming no, a read-only or a missing
+// cgroup2 mount gives the reason `--cgroup require` exits 125 with.
+func TestFindHierarchyNone(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, mountinfo, want string }{
+		{"none", "22 1 0:21 / /proc rw,nosuid - proc proc rw\n", "no cgroup2 hierarchy is mounted"},
+		{"read-only", "41 31 0:38 / " + dir + " ro,relatime - cgroup2 cgroup2 rw\n", "mounted read-only"},
+		{"missing", "41 31 0:38 / " + dir + "/gone rw,relatime - cgroup2 cgroup2 rw\n", "is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := filepath.Join(dir, tc.name)
+			if err := os.WriteFile(f, []byte(tc.mountinfo), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			old := Mountinfo
+			Mountinfo = f
+			defer func() { Mountinfo = old }()
+			if h, err := FindHierarchy(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("FindHierarchy() = %v, %v; want an error saying %q", h, err, tc.want)
+			}
+		})
+	}
+}
+
+// S2 with a cgroup: the command runs in its cgroup from its first
+// instruction; a descendant that left the group and ignores TERM is killed
+// at the end of the grace by cgroup.kill; the cgroup is removed after.
+func TestCgroupContainsTheTree(t *testing.T) {
+	h := hierarchy(t)
+	e := newEnv(t)
+	path := h.NewPath()
+	p, err := Start(Config{Argv: []string{"sh", "-c",
+		`cat /proc/self/cgroup > $INBOX.cg; setsid sh -c 'trap "" TERM; echo $$ > $INBOX; while :; do sleep 1; done' & sleep 1000`},
+		Env: e.env, Grace: 100 * time.Millisecond, Cgroup: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stubborn := e.inbox.nextPid(t)
+	b, _ := os.ReadFile(e.inbox.path + ".cg")
+	if want := "0::/" + strings.TrimPrefix(path, h.mount+"/"); !strings.Contains(string(b), want+"\n") {
+		t.Errorf("the command's cgroup: %q, want %q", b, want)
+	}
+	if got := p.Cgroup(); got != path {
+		t.Errorf("Cgroup() = %q, want %q", got, path)
+	}
+	if !p.Owns(stubborn.pid) || p.Owns(os.Getpid()) {
+		t.Errorf("Owns: the setsid descendant %v, this process %v", p.Owns(stubborn.pid), p.Owns(os.Getpid()))
+	}
+	p.Stop(100 * time.Millisecond)
+	if st := wait(t, p); st.Signal != syscall.SIGTERM {
+		t.Errorf("status %+v, want death by SIGTERM", st)
+	}
+	requireGone(t, stubborn, false)
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the command's cgroup is still there: %v", err)
+	}
+}
+
+// The grace runs on the injected clock (CLOCK_BOOTTIME in production): a
+// TERM-ignoring command is killed when the clock passes the grace, with or
+// without a cgroup, not when poll(2)'s own clock does.
+func TestGraceOnInjectedClock(t *testing.T) {
+	for _, contained := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fallback", true: "cgroup"}[contained], func(t *testing.T) {
+			e := newEnv(t)
+			cfg := Config{Argv: []string{"sh", "-c", `trap '' TERM; echo $$ > $INBOX; while :; do sleep 1; done`}, Env: e.env, Marker: e.marker}
+			if contained {
+				cfg.Cgroup = hierarchy(t).NewPath()
+			}
+			clock := fence.NewFakeClock(time.Hour)
+			cfg.Clock = clock
+			p, err := Start(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sh := e.inbox.nextPid(t)
+			p.Stop(time.Hour)
+			clock.WaitArmed(2 * time.Hour) // the sweep waits for the grace's end
+			if !alive(sh) {
+				t.Fatal("the command died before its grace ended on the clock")
+			}
+			clock.Advance(time.Hour)
+			if st := wait(t, p); st.Signal != syscall.SIGKILL {
+				t.Errorf("status %+v, want death by SIGKILL", st)
+			}
+		})
+	}
+}
