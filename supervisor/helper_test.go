@@ -196,7 +196,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, inbox: newInbox(t), marker: "FENCERUN_TICK=@fencerun-tick-" + hex.EncodeToString(b), self: self}
+	e := &env{t: t, inbox: newInbox(t), marker: "FENCERUN_TICK=/nonexistent/ticks/t-" + hex.EncodeToString(b), self: self}
 	e.env = append(os.Environ(), e.marker, helperEnv+"=1", "INBOX="+e.inbox.path, "H="+self)
 	return e
 }
