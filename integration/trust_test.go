@@ -196,3 +196,171 @@ func TestTickFloodFromAnotherUser(t *testing.T) {
 		t.Errorf("the flood reached the holder's log:\n%s", b)
 	}
 }
+
+// sharedDir is a directory for a test with several users: root's, 0755,
+// in /tmp, removed after the test.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "frt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// runAs runs fencerun as u (nil: as root) under umask 077 in dir, and
+// returns its exit code and output.
+func runAs(t *testing.T, u *testUser, dir string, args ...string) (int, string) {
+	t.Helper()
+	c := exec.Command("/bin/sh", append([]string{"-c", `umask 077; exec "$@"`, "sh", bin}, args...)...)
+	c.Dir = dir
+	c.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
+	if u != nil {
+		u.as(c)
+	}
+	out, err := c.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return code, string(out)
+}
+
+// S9: a group store made by `fencerun init --group G` is shared by the
+// members of G and root: their runs of one key exclude each other (checked
+// with a lock the commands hold, and by unique fences), files and
+// directories get the store's modes whatever the umask, and a user outside
+// G is refused (125).
+func TestGroupStoreSharedByMembersAndRoot(t *testing.T) {
+	group, gid := addGroup(t)
+	alice, bob, mallory := addUser(t, group), addUser(t, group), addUser(t)
+	t.Parallel()
+	base := sharedDir(t)
+	storeDir := filepath.Join(base, "store")
+	if code, out := runAs(t, nil, base, "init", "--group", group, storeDir); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, out)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(storeDir, &st); err != nil || st.Mode&0o7777 != 0o2770 || int(st.Gid) != gid {
+		t.Fatalf("init made %s mode %#o group %d (%v), want 2770 group %d", storeDir, st.Mode&0o7777, st.Gid, err, gid)
+	}
+	excl := filepath.Join(base, "excl")
+	os.WriteFile(excl, nil, 0o666)
+	os.Chmod(excl, 0o666)
+	fences := filepath.Join(base, "fences")
+	os.WriteFile(fences, nil, 0o666)
+	os.Chmod(fences, 0o666)
+	// Each command holds flock(1) on excl without waiting: a second one at
+	// once would fail to get it and say so.
+	cmd := `flock -n ` + excl + ` sh -c 'echo "$FENCERUN_FENCE $(id -u)" >> ` + fences + `; sleep 0.2' || echo overlap >> ` + fences
+
+	var wg sync.WaitGroup
+	runners := []*testUser{nil, &alice, &bob}
+	for _, u := range runners {
+		wg.Go(func() {
+			for range 3 {
+				if code, out := runAs(t, u, base, "--dir", storeDir, "run", "--key", "shared", "--", "sh", "-c", cmd); code != 0 {
+					t.Errorf("run as %v: exit %d: %s", u, code, out)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b, _ := os.ReadFile(fences)
+	lines := strings.Fields(strings.ReplaceAll(string(b), "\n", " | "))
+	text := string(b)
+	if strings.Contains(text, "overlap") {
+		t.Fatalf("two runs of one key overlapped:\n%s", text)
+	}
+	seen, uids := map[string]bool{}, map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 || seen[f[0]] {
+			t.Fatalf("fences not unique:\n%s", text)
+		}
+		seen[f[0]], uids[f[1]] = true, true
+	}
+	if len(seen) != 9 || len(uids) != 3 {
+		t.Fatalf("want 9 runs by 3 users, got %d by %d:\n%s (%v)", len(seen), len(uids), text, lines)
+	}
+	filepath.Walk(storeDir, func(path string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		var st syscall.Stat_t
+		syscall.Lstat(path, &st)
+		want := uint32(0o660)
+		if fi.IsDir() {
+			want = 0o2770
+		}
+		if fi.Mode()&os.ModeSocket != 0 {
+			return nil
+		}
+		if st.Mode&0o7777 != want || int(st.Gid) != gid {
+			t.Errorf("%s: mode %#o group %d, want %#o group %d", path, st.Mode&0o7777, st.Gid, want, gid)
+		}
+		return nil
+	})
+
+	// A user outside the group is refused, and it names why.
+	for _, args := range [][]string{{"status", "shared"}, {"run", "--key", "shared", "--", "true"}, {"list"}} {
+		code, out := runAs(t, &mallory, base, append([]string{"--dir", storeDir}, args...)...)
+		if code != 125 || !strings.Contains(out, "group store of "+group) || !strings.Contains(out, "not a member") {
+			t.Errorf("%v as a stranger: exit %d: %s", args, code, out)
+		}
+	}
+	// A member sees what another member holds.
+	if code, out := runAs(t, &bob, base, "--dir", storeDir, "status", "shared"); code != 0 || !strings.Contains(out, "state: free") {
+		t.Errorf("status as a member: exit %d: %s", code, out)
+	}
+}
+
+// S9: a state root below a directory another user can write is refused
+// (before: that user renamed root's state root away, root's next run
+// recreated it and took fence 1 beside the running fence-2 holder). A
+// sticky directory is fine when our entry in it is ours or root's.
+func TestStateRootWithAnUnsafeAncestorIsRefused(t *testing.T) {
+	mallory := addUser(t)
+	t.Parallel()
+	base := sharedDir(t)
+	owned := filepath.Join(base, "mallorys")
+	os.Mkdir(owned, 0o755)
+	os.Chown(owned, mallory.uid, mallory.gid)
+	writable := filepath.Join(base, "writable")
+	os.Mkdir(writable, 0o777)
+	os.Chmod(writable, 0o777)
+	sticky := filepath.Join(base, "sticky")
+	os.Mkdir(sticky, 0o777)
+	syscall.Chmod(sticky, 0o1777)
+	hers := filepath.Join(sticky, "hers")
+	os.Mkdir(hers, 0o755)
+	os.Chown(hers, mallory.uid, mallory.gid)
+
+	for _, dir := range []string{filepath.Join(owned, "state"), filepath.Join(writable, "state"), filepath.Join(writable, "a", "b", "state"), filepath.Join(hers, "state")} {
+		code, out := runAs(t, nil, base, "--dir", dir, "run", "--key", "k", "--", "true")
+		if code != 125 || !strings.Contains(out, "another user can write") && !strings.Contains(out, "could replace it") {
+			t.Errorf("--dir %s: exit %d: %s", dir, code, out)
+		}
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Errorf("--dir %s was created", dir)
+		}
+	}
+	// The attack itself, on a root whose parent mallory owns: refused
+	// before anything runs, so there is nothing for her to rename away.
+	if code, out := runAs(t, &mallory, base, "--dir", filepath.Join(owned, "state"), "run", "--key", "k", "--", "true"); code != 0 {
+		t.Fatalf("mallory's own store below her own directory: exit %d: %s", code, out)
+	}
+	if code, out := runAs(t, nil, base, "--dir", filepath.Join(owned, "state"), "status", "k"); code != 125 || !strings.Contains(out, owned) {
+		t.Errorf("root using a store below mallory's directory: exit %d: %s", code, out)
+	}
+	// In a sticky directory, a root of our own is fine (as in /tmp).
+	if code, out := runAs(t, nil, base, "--dir", filepath.Join(sticky, "mine"), "run", "--key", "k", "--", "true"); code != 0 {
+		t.Errorf("a root of our own in a sticky directory: exit %d: %s", code, out)
+	}
+}

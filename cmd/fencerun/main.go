@@ -32,7 +32,7 @@ import (
 
 // Globals are the flags every command takes.
 type Globals struct {
-	Dir       string      `placeholder:"PATH" help:"State root of the file backend (default: $$XDG_STATE_HOME/fencerun, else $$HOME/.local/state/fencerun). Must be owned by you and writable by nobody else."`
+	Dir       string      `placeholder:"PATH" help:"State root of the file backend (default: /var/lib/fencerun for root; others $$XDG_STATE_HOME/fencerun, else $$HOME/.local/state/fencerun). Your own and writable by nobody else, or a group store (fencerun init --group): users of different uids share keys only through a group store named by the same --dir."`
 	Etcd      string      `placeholder:"URLS" help:"Comma-separated etcd endpoints; when set, the etcd backend is used (not built yet: fencerun exits 125)."`
 	LogLevel  string      `default:"warn" enum:"error,warn,info,debug,trace" help:"Log level: error, warn, info, debug, trace. Logs go to stderr only."`
 	LogFormat string      `default:"text" enum:"text,json" help:"Log format: text, or json (one object a line, for every line fencerun writes to stderr)."`
@@ -56,6 +56,7 @@ type CLI struct {
 	Tick    TickCmd    `cmd:"" help:"From inside a fenced command: stamp a liveness tick."`
 	Version VersionCmd `cmd:"" help:"Print the version, Go version and VCS revision (also --version)."`
 	Help    HelpCmd    `cmd:"" help:"Show the help of fencerun or of one command."`
+	Init    InitCmd    `cmd:"" help:"Create a store shared by a group: fencerun init --group G DIR."`
 }
 
 // exitError carries the exit code of a failure; kong and main honour

@@ -209,7 +209,7 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 	}
 	// Listen before writing, so that no revocation or cancel after the
 	// write can miss us.
-	n, err := listenNotify(a.kd, fileMode)
+	n, err := listenNotify(a.kd, a.kd.fileMode())
 	if err != nil {
 		unix.Close(live)
 		return nil, err

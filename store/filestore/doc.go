@@ -39,8 +39,12 @@
 //     overwritten until Revoke clears it. Nothing in the root is followed
 //     through a symlink: every file is opened relative to its directory with
 //     O_NOFOLLOW, and a symlink is refused with store.ErrUnsafe. The root
-//     must be ours and not writable by group or others. Files are 0600,
-//     directories 0700, descriptors close-on-exec.
+//     is either ours and not writable by group or others (files 0600,
+//     directories 0700), or a group store (group G, mode 2770, owned by root
+//     or a member of G: files 0660, directories 2770, modes set explicitly),
+//     and no ancestor of it is writable by another user unless sticky with
+//     our entry ours or root's (access_linux.go). Descriptors are
+//     close-on-exec.
 //   - The token never leaves the record file: not in errors, logs or
 //     Status.
 //

@@ -53,10 +53,17 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// DefaultRoot is the default state root: $XDG_STATE_HOME/fencerun, else
-// $HOME/.local/state/fencerun. A relative XDG_STATE_HOME is ignored, as the
-// XDG base directory specification says.
+// SystemRoot is root's default state root, shared by system cron jobs and
+// units whatever their $HOME.
+const SystemRoot = "/var/lib/fencerun"
+
+// DefaultRoot is the default state root: SystemRoot for root, else
+// $XDG_STATE_HOME/fencerun, else $HOME/.local/state/fencerun. A relative
+// XDG_STATE_HOME is ignored, as the XDG base directory specification says.
 func DefaultRoot() (string, error) {
+	if os.Geteuid() == 0 {
+		return SystemRoot, nil
+	}
 	if x := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
 		return filepath.Join(x, "fencerun"), nil
 	}
@@ -68,8 +75,10 @@ func DefaultRoot() (string, error) {
 }
 
 // Open opens the state root, creating it (0700) if missing. It refuses,
-// with an error wrapping store.ErrUnsafe, a root that is a symlink, that is
-// not owned by the effective uid, or that its group or others can write.
+// with an error wrapping store.ErrUnsafe naming the directory and the fix,
+// a root that is a symlink, that is neither the caller's own (and written
+// by nobody else) nor a group store the caller is a member of, or that has
+// an ancestor another user can write (access_linux.go).
 func Open(root string, opts Options) (*Store, error) {
 	if root == "" {
 		return nil, errors.New("filestore: no state directory given")
@@ -79,6 +88,9 @@ func Open(root string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("filestore: state directory %s: %w", root, err)
 	}
 	root = filepath.Clean(root)
+	if err := checkAncestors(root); err != nil {
+		return nil, err
+	}
 	if !opts.MustExist {
 		if err := os.MkdirAll(root, 0o700); err != nil {
 			return nil, fmt.Errorf("filestore: create state directory %s: %w", root, err)
@@ -88,17 +100,25 @@ func Open(root string, opts Options) (*Store, error) {
 	if err == unix.ENOENT && opts.MustExist {
 		return nil, fmt.Errorf("%w: state directory %s does not exist", ErrNoState, root)
 	}
+	if err == unix.EACCES {
+		var st unix.Stat_t
+		if unix.Stat(root, &st) == nil && st.Mode&0o7777 == 0o2770 {
+			return nil, fmt.Errorf("%w: %s is the group store of %s, and uid %d is not a member", store.ErrUnsafe, root, groupName(int(st.Gid)), os.Geteuid())
+		}
+		return nil, fmt.Errorf("%w: state directory %s is not yours to use: %w", store.ErrUnsafe, root, err)
+	}
 	if err != nil {
 		if fi, lerr := os.Lstat(root); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			return nil, fmt.Errorf("%w: state directory %s is a symlink; refusing to follow it", store.ErrUnsafe, root)
 		}
 		return nil, fmt.Errorf("filestore: open state directory %s: %w", root, err)
 	}
-	rootDir := dir{fd: fd, path: root}
-	if err := checkOwned(fd, root); err != nil {
-		rootDir.close()
+	a, err := rootAccess(fd, root)
+	if err != nil {
+		unix.Close(fd)
 		return nil, err
 	}
+	rootDir := dir{fd: fd, path: root, access: a}
 	keys, err := openDir(rootDir, "keys", !opts.MustExist)
 	if errors.Is(err, fs.ErrNotExist) && opts.MustExist {
 		rootDir.close()

@@ -18,8 +18,9 @@ import (
 // O_NOFOLLOW, so a symlink planted anywhere in the tree is refused instead
 // of followed.
 type dir struct {
-	fd   int
-	path string
+	fd     int
+	path   string
+	access // whose store it is, inherited by everything below
 }
 
 func (d dir) join(name string) string { return d.path + "/" + name }
@@ -49,43 +50,70 @@ const crashHook = "FENCERUN_TEST_CRASH_BEFORE_RENAME"
 
 // openDir opens (and with create, first makes) the directory name in
 // parent. It refuses a symlink (ErrUnsafe), a non-directory (ErrCorrupt) and
-// a directory that is not ours or that others may write (ErrUnsafe). A
-// missing directory gives an error that is fs.ErrNotExist.
+// a directory that is not the store's, or that others may write
+// (ErrUnsafe; access_linux.go). A directory it creates gets the store's
+// mode explicitly. A missing directory gives an error that is
+// fs.ErrNotExist.
 func openDir(parent dir, name string, create bool) (dir, error) {
 	path := parent.join(name)
 	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	fd, err := unix.Openat(parent.fd, name, flags, 0)
 	if err == unix.ENOENT && create {
-		if err := unix.Mkdirat(parent.fd, name, 0o700); err != nil && err != unix.EEXIST {
-			return dir{fd: -1}, fmt.Errorf("filestore: create %s: %w", path, err)
+		if err := makeDir(parent, name); err != nil {
+			return dir{fd: -1}, err
 		}
 		fd, err = unix.Openat(parent.fd, name, flags, 0)
 	}
 	if err != nil {
 		return dir{fd: -1}, openError(parent, name, err)
 	}
-	d := dir{fd: fd, path: path}
-	if err := checkOwned(fd, path); err != nil {
+	d := dir{fd: fd, path: path, access: parent.access}
+	if err := checkOwned(d); err != nil {
 		d.close()
 		return dir{fd: -1}, err
 	}
 	return d, nil
 }
 
-// checkOwned refuses a directory that another user owns or can write: files
-// in it could be planted or swapped under us (S9).
-func checkOwned(fd int, path string) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("filestore: stat %s: %w", path, err)
+// makeDir creates the directory name in parent with the store's mode. In
+// a group store the umask may take group bits, so the directory is made
+// under a temporary name, given its mode explicitly, and only then renamed
+// into place: the other members never see it with the wrong mode. (Its
+// group comes from the parent's setgid bit.)
+func makeDir(parent dir, name string) error {
+	path := parent.join(name)
+	if !parent.shared {
+		if err := unix.Mkdirat(parent.fd, name, parent.dirMode()); err != nil && err != unix.EEXIST {
+			return fmt.Errorf("filestore: create %s: %w", path, err)
+		}
+		return nil
 	}
-	if euid := os.Geteuid(); int(st.Uid) != euid {
-		return fmt.Errorf("%w: %s is owned by uid %d, not by uid %d", store.ErrUnsafe, path, st.Uid, euid)
+	tmp := tempName()
+	if err := unix.Mkdirat(parent.fd, tmp, 0o700); err != nil {
+		return fmt.Errorf("filestore: create %s: %w", path, err)
 	}
-	if st.Mode&0o022 != 0 {
-		return fmt.Errorf("%w: %s is writable by group or others (mode %#o)", store.ErrUnsafe, path, st.Mode&0o777)
+	if err := unix.Fchmodat(parent.fd, tmp, parent.dirMode(), 0); err != nil {
+		unix.Unlinkat(parent.fd, tmp, unix.AT_REMOVEDIR)
+		return fmt.Errorf("filestore: chmod %s: %w", path, err)
+	}
+	err := unix.Renameat2(parent.fd, tmp, parent.fd, name, unix.RENAME_NOREPLACE)
+	if err != nil {
+		unix.Unlinkat(parent.fd, tmp, unix.AT_REMOVEDIR)
+		if err != unix.EEXIST {
+			return fmt.Errorf("filestore: create %s: %w", path, err)
+		}
 	}
 	return nil
+}
+
+// checkOwned refuses a directory that is not the store's, or that others
+// can write: files in it could be planted or swapped under us (S9).
+func checkOwned(d dir) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(d.fd, &st); err != nil {
+		return fmt.Errorf("filestore: stat %s: %w", d.path, err)
+	}
+	return d.check(st, d.path)
 }
 
 // openFile opens the regular file name in d. It refuses a symlink
@@ -93,6 +121,23 @@ func checkOwned(fd int, path string) error {
 // a planted FIFO from blocking the open. A missing file gives an error that
 // is fs.ErrNotExist.
 func openFile(d dir, name string, flags int) (int, error) {
+	if flags&unix.O_CREAT != 0 && d.shared {
+		// A lock file the other members must open: never visible with a
+		// mode the umask took bits from.
+		fd, err := openRaw(d, name, flags&^unix.O_CREAT)
+		if err == nil || !errors.Is(err, os.ErrNotExist) {
+			if err == nil {
+				if _, err := checkRegular(fd, d.join(name)); err != nil {
+					unix.Close(fd)
+					return -1, err
+				}
+			}
+			return fd, err
+		}
+		if _, err := writeAtomic(d, name, nil, writeOpts{noReplace: true}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, err
+		}
+	}
 	fd, err := openRaw(d, name, flags)
 	if err != nil {
 		return -1, err
@@ -107,7 +152,7 @@ func openFile(d dir, name string, flags int) (int, error) {
 // openRaw is openFile without the check that the file is a regular one,
 // for callers that stat it anyway.
 func openRaw(d dir, name string, flags int) (int, error) {
-	fd, err := unix.Openat(d.fd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o600)
+	fd, err := unix.Openat(d.fd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, d.fileMode())
 	if err != nil {
 		return -1, openError(d, name, err)
 	}
@@ -241,7 +286,7 @@ func writeAtomic(d dir, name string, data []byte, o writeOpts) (fd int, err erro
 	var tmp string
 	for range 10 {
 		tmp = tempName()
-		fd, err = unix.Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		fd, err = unix.Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, d.fileMode())
 		if err != unix.EEXIST {
 			break
 		}
@@ -253,6 +298,11 @@ func writeAtomic(d dir, name string, data []byte, o writeOpts) (fd int, err erro
 		unix.Close(fd)
 		unix.Unlinkat(d.fd, tmp, 0)
 		return -1, fmt.Errorf("filestore: write %s: %s: %w", path, step, err)
+	}
+	if d.shared {
+		if err := unix.Fchmod(fd, d.fileMode()); err != nil {
+			return fail("chmod", err)
+		}
 	}
 	if o.locked {
 		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
