@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"strconv"
 	"strings"
 
+	"github.com/fencerun/fencerun/fenced"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
@@ -14,7 +14,7 @@ import (
 // key, a busy role is not waited for unless --wait is given (R5, R8): a
 // second instance of a worker is usually a mistake to report, a standby a
 // decision to state.
-func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Claim, path string, env []string) (store.Lease, []string, error) {
+func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Claim, path string) (store.Lease, error) {
 	build, err := resident.BuildOf(path)
 	if err != nil {
 		// An unstamped build is never newer: the run can still hold a free
@@ -26,7 +26,7 @@ func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Cl
 		NoHandover: r.NoHandover, HandoverWait: r.HandoverWait, Logger: g.log,
 	})
 	if err != nil {
-		return nil, nil, r.notAcquired(ctx, err, func() *store.Holder {
+		return nil, r.notAcquired(err, func() *store.Holder {
 			st, _ := resident.Status(r.Resident)
 			if st == nil {
 				return nil
@@ -35,10 +35,9 @@ func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Cl
 		})
 	}
 	if refusal != nil {
-		return nil, nil, fail(r.ConflictExit, "%s", refusal)
+		return nil, fenced.NotAcquiredf("%s", refusal)
 	}
-	env = append(env, "FENCERUN_RESIDENT="+role.Key(), "FENCERUN_FENCE="+strconv.FormatUint(role.Fence(), 10))
-	return role, env, nil
+	return role, nil
 }
 
 func residentStatus(path string) (*store.Status, error) {

@@ -9,16 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/hashicorp/go-hclog"
-	"github.com/oklog/run"
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/fenced"
 	"github.com/fencerun/fencerun/internal/duration"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
@@ -44,8 +42,6 @@ type RunCmd struct {
 	Cgroup       string         `enum:"auto,require,off" default:"auto" help:"auto: run the command in a cgroup of its own where a writable cgroup v2 hierarchy exists (root, or a systemd-delegated subtree), so that its whole tree is found and killed exactly; require: exit 125 where none does; off: find the tree among fencerun's descendants."`
 
 	Command []string `arg:"" optional:"" passthrough:"partial" help:"The command and its arguments, after --."`
-
-	cgroup string // the command's cgroup path, if contained
 }
 
 // Validate checks the flags (B2) before anything touches the disk.
@@ -121,154 +117,97 @@ func typed(kctx *kong.Context, name string) bool {
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
-// signalled is the cause of a wait that a signal ended: exit 128+N.
-type signalled struct{ sig syscall.Signal }
-
-func (s signalled) Error() string { return "interrupted by " + unix.SignalName(s.sig) }
-func (s signalled) ExitCode() int { return 128 + int(s.sig) }
-
 // errGaveUp is the cause of a wait that --wait ended.
 var errGaveUp = errors.New("gave up waiting")
 
-// errTimeout ends the run group when --timeout runs out.
-var errTimeout = errors.New("the command ran past --timeout")
-
-// Run acquires the lease, runs the command under it and releases.
+// Run acquires the lease, runs the command under it and releases: the
+// work is package fenced's; this is its wiring.
 func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
-	log := g.log
 	stopSig, _ := parseSignal(r.KillSignal)
-
 	// Fail fast on a command that cannot run, before waiting in any queue,
 	// with the PATH the command will get.
 	path, err := supervisor.LookPath(r.Command[0], os.Environ())
 	if err != nil {
-		var ee *supervisor.ExecError
-		if errors.As(err, &ee) {
-			return fail(ee.Code(), "%v", err)
-		}
-		return fail(supervisor.ExitFailed, "%v", err)
+		return notStarted(err)
 	}
-
 	// Signals are caught from here on: one while waiting ends the wait.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	ticks, err := g.listenTicks(log.Named("tick"))
+	ticks, err := g.listenTicks(g.log.Named("tick"))
 	if err != nil {
 		return err
 	}
 	defer ticks.Close()
+	clock := fence.BootClock{}
+	claim, err := r.claim(g, ticks.Addr(), clock)
+	if err != nil {
+		return err
+	}
+	out := fenced.Run(ctx, fenced.Config{
+		Acquire: func(ctx context.Context) (store.Lease, error) { return r.acquire(ctx, g, claim, path) },
+		Start: func(lease store.Lease) (fenced.Process, error) {
+			return supervisor.Start(supervisor.Config{
+				Argv: r.Command, Env: r.commandEnv(lease, claim.Marker), Marker: claim.Marker,
+				StopSignal: stopSig, Grace: r.Grace, Logger: g.log.With("fence", lease.Fence()).Named("supervisor"),
+				Cgroup: claim.Cgroup, Clock: clock,
+			})
+		},
+		StopLeftovers: func(ctx context.Context, trees []store.Leftover) (bool, error) {
+			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: g.log.Named("supervisor")})
+			return elsewhere, err
+		},
+		Signals: sigs, Ticks: ticks,
+		TTL: r.TTL, Grace: r.Grace, Timeout: r.Timeout, StuckAfter: r.stuckAfter(),
+		Clock: clock, Logger: g.log,
+	})
+	return runExit(out, r.ConflictExit)
+}
+
+// claim says who asks for the lease, and in which cgroup its command will
+// run (--cgroup).
+func (r *RunCmd) claim(g *Globals, tickAddr string, clock fence.Clock) (store.Claim, error) {
 	claim := store.Claim{
 		Name:   orDefault(r.Name, filepath.Base(r.Command[0])),
 		Reason: r.Reason,
 		TTL:    r.TTL,
 		Wait:   !r.wait().None(),
-		Marker: fence.TickMarker(ticks.Addr()),
+		Marker: fence.TickMarker(tickAddr),
+		Clock:  clock.Now,
 	}
 	if r.Cgroup != "off" {
 		h, err := supervisor.FindHierarchy()
 		switch {
 		case err == nil:
-			r.cgroup = h.NewPath()
-			claim.Cgroup = r.cgroup
+			claim.Cgroup = h.NewPath()
 		case r.Cgroup == "require":
-			return fail(supervisor.ExitFailed, "--cgroup require: %v", err)
+			return claim, fail(supervisor.ExitFailed, "--cgroup require: %v", err)
 		default:
-			log.Debug("no cgroup for the command; finding its tree among fencerun's descendants", "reason", err)
+			g.log.Debug("no cgroup for the command; finding its tree among fencerun's descendants", "reason", err)
 		}
 	}
-
-	lease, env, err := r.acquireUnlessSignalled(ctx, g, claim, path, stopSig, sigs)
-	if err != nil {
-		return err
-	}
-	log = log.With("fence", lease.Fence())
-	// The keeper's clock starts from the lease's Term: the moment before
-	// the store wrote the expiry, however long that write took.
-	keeper, err := fence.New(fence.Config{Lease: lease, TTL: r.TTL, Grace: r.Grace, Logger: log.Named("fence")})
-	if err != nil {
-		_ = lease.Release(ctx)
-		return usage("%v", err)
-	}
-	code, err := r.supervise(ctx, log, lease, keeper, ticks, append(env, claim.Marker), claim.Marker, stopSig, sigs)
-
-	// Every exit path releases (S8), after the command's processes are gone.
-	relCtx, cancel := context.WithTimeout(ctx, releaseWait(r.TTL))
-	defer cancel()
-	if rerr := keeper.Release(relCtx); rerr != nil {
-		// The wrapper exiting drops the kernel lock that proves it alive, so
-		// the next holder still takes over; say what was left behind.
-		log.Warn("could not release the lease; the next holder will take it over once this process exits", "error", rerr)
-	}
-	if err != nil {
-		return err
-	}
-	return exitCode(code)
+	return claim, nil
 }
 
-// acquireUnlessSignalled acquires the lease; a signal that arrives before
-// it is held, or while it is being taken, ends the wait (S7): the lease is
-// given back and fencerun exits 128+N without starting the command.
-func (r *RunCmd) acquireUnlessSignalled(ctx context.Context, g *Globals, claim store.Claim, path string, stopSig syscall.Signal, sigs <-chan os.Signal) (store.Lease, []string, error) {
-	waitCtx, cancelWait := context.WithCancelCause(ctx)
-	defer cancelWait(nil)
-	acqCtx := waitCtx
+// acquire takes the lease or says why not. A wait that --wait ended is a
+// lease not acquired.
+func (r *RunCmd) acquire(ctx context.Context, g *Globals, claim store.Claim, path string) (store.Lease, error) {
 	if w := r.wait(); !w.Forever() && !w.None() {
 		var cancel context.CancelFunc
-		acqCtx, cancel = context.WithTimeoutCause(waitCtx, w.Limit(), errGaveUp)
+		ctx, cancel = context.WithTimeoutCause(ctx, w.Limit(), errGaveUp)
 		defer cancel()
 	}
-	stop, watched := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watched)
-		for {
-			select {
-			case s := <-sigs:
-				if s == syscall.SIGWINCH {
-					continue // a resized terminal is no reason to give up
-				}
-				cancelWait(signalled{s.(syscall.Signal)})
-				return
-			case <-stop:
-				return
-			}
-		}
-	}()
-	lease, env, err := r.acquire(acqCtx, g, claim, path)
-	close(stop)
-	<-watched
-	var sig signalled
-	if errors.As(context.Cause(waitCtx), &sig) {
-		if lease != nil {
-			// Stop a dead predecessor's leftovers as the command would have;
-			// any not confirmed gone stay with the key for the next holder.
-			_ = stopLeftovers(ctx, lease, stopSig, r.Grace, g.log)
-			_ = lease.Release(ctx)
-		}
-		return nil, nil, sig
-	}
-	return lease, env, err
-}
-
-// releaseWait bounds how long a release may take before fencerun exits
-// anyway.
-func releaseWait(ttl time.Duration) time.Duration { return min(ttl, 10*time.Second) }
-
-// acquire takes the lease or says why not, and returns the environment the
-// command gets.
-func (r *RunCmd) acquire(ctx context.Context, g *Globals, claim store.Claim, path string) (store.Lease, []string, error) {
-	env := withoutFencerunVars(os.Environ())
 	if r.Resident != "" {
-		return r.acquireResident(ctx, g, claim, path, env)
+		return r.acquireResident(ctx, g, claim, path)
 	}
 	st, err := g.openStore(true)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	lease, holder, err := st.Acquire(ctx, *r.Key, claim)
 	if err != nil {
-		return nil, nil, r.notAcquired(ctx, err, func() *store.Holder {
+		return nil, r.notAcquired(err, func() *store.Holder {
 			s, serr := st.Status(context.Background(), *r.Key)
 			if serr != nil || s == nil {
 				return nil
@@ -277,265 +216,31 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, claim store.Claim, pat
 		})
 	}
 	if lease == nil {
-		return nil, nil, fail(r.ConflictExit, "key %s is busy: %s", *r.Key, describe(holder))
+		return nil, fenced.NotAcquiredf("key %s is busy: %s", *r.Key, describe(holder))
 	}
-	env = append(env, "FENCERUN_KEY="+*r.Key, "FENCERUN_FENCE="+strconv.FormatUint(lease.Fence(), 10))
-	return lease, append(env, lease.Env()...), nil
+	return lease, nil
 }
 
-// notAcquired maps a failed acquisition to its exit: 128+N for a signal,
-// the conflict code when --wait ran out, 125 for anything else.
-func (r *RunCmd) notAcquired(ctx context.Context, err error, holder func() *store.Holder) error {
-	var sig signalled
-	if errors.As(err, &sig) {
-		return sig
-	}
+// notAcquired says why an acquisition failed: --wait ran out (the conflict
+// code), or anything else (125).
+func (r *RunCmd) notAcquired(err error, holder func() *store.Holder) error {
 	if errors.Is(err, errGaveUp) || errors.Is(err, context.DeadlineExceeded) {
-		return fail(r.ConflictExit, "gave up waiting after %v: %s", r.wait(), describe(holder()))
+		return fenced.NotAcquiredf("gave up waiting after %v: %s", r.wait(), describe(holder()))
 	}
-	if ctx.Err() != nil {
-		if c := context.Cause(ctx); errors.As(c, &sig) {
-			return sig
-		}
-	}
-	return fail(supervisor.ExitFailed, "%v", err)
+	return err
 }
 
-// supervise runs the command under the keeper as one run group and returns
-// fencerun's exit code. The group's actors: the command (first stopping a
-// dead predecessor's leftovers), the keeper, signals, the watchdog, ticks
-// and the timeout. When one ends, the others are interrupted; the keeper
-// and signal forwarding go on until the command's tree is gone, so a fence
-// that breaks while the command is being stopped still cuts its grace
-// short (S3, S5).
-func (r *RunCmd) supervise(ctx context.Context, log hclog.Logger, lease store.Lease, keeper *fence.Keeper,
-	ticks *fence.TickServer, env []string, marker string, stopSig syscall.Signal, sigs <-chan os.Signal) (int, error) {
-	// mu orders the command's start against every decision to stop it: a
-	// command is started only if nothing has asked to stop it yet, and one
-	// that has started is stopped by whoever asks.
-	var (
-		mu          sync.Mutex
-		proc        *supervisor.Process
-		interrupted bool
-		stopBy      time.Duration // set by a broken fence: the tree must be dead by then
-		status      supervisor.Status
-		keeperErr   error
-	)
-	clock := fence.BootClock{}
-	graceLocked := func() time.Duration {
-		if stopBy != 0 {
-			return max(0, min(r.Grace, stopBy-clock.Now()))
-		}
-		return r.Grace
+// commandEnv is the command's environment under lease (SPEC: what the
+// command is given).
+func (r *RunCmd) commandEnv(lease store.Lease, marker string) []string {
+	env := withoutFencerunVars(os.Environ())
+	if r.Resident != "" {
+		env = append(env, "FENCERUN_RESIDENT="+lease.Key())
+	} else {
+		env = append(env, "FENCERUN_KEY="+lease.Key())
 	}
-	// stop asks for the command to be stopped, now or as soon as it starts.
-	stop := func(by time.Duration) {
-		mu.Lock()
-		interrupted = true
-		if by != 0 && (stopBy == 0 || by < stopBy) {
-			stopBy = by
-		}
-		p, grace := proc, graceLocked()
-		mu.Unlock()
-		if p != nil {
-			p.Stop(grace)
-		}
-	}
-	started := make(chan struct{})  // the command runs
-	treeGone := make(chan struct{}) // the command's tree is gone, or it never started
-
-	var g run.Group
-	{ // the command: ends when it exited and its tree is gone
-		g.Add(func() error {
-			defer close(treeGone)
-			if err := stopLeftovers(ctx, lease, stopSig, r.Grace, log); err != nil {
-				return err
-			}
-			mu.Lock()
-			if interrupted {
-				mu.Unlock()
-				return nil
-			}
-			p, err := supervisor.Start(supervisor.Config{
-				Argv: r.Command, Env: env, Marker: marker,
-				StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"),
-				Cgroup: r.cgroup, Clock: clock,
-			})
-			proc = p
-			mu.Unlock()
-			if err != nil {
-				var ee *supervisor.ExecError
-				if errors.As(err, &ee) {
-					return fail(ee.Code(), "%v", err)
-				}
-				return fail(supervisor.ExitFailed, "%v", err)
-			}
-			close(started)
-			log.Debug("command started", "pid", p.Pid(), "argv", r.Command)
-			if err := lease.SetCommand(ctx, p.Group(), supervisor.OwnSession()); err != nil {
-				log.Warn("could not record the command's process group", "error", err)
-			}
-			status = p.Wait()
-			return nil
-		}, func(error) { stop(0) })
-	}
-	{ // the keeper: ends when the lease is lost; renews until the tree is gone
-		g.Add(func() error {
-			keeperErr = keeper.Run(ctx)
-			var end *fence.EndError
-			if errors.As(keeperErr, &end) && end.StopBy != 0 {
-				stop(end.StopBy) // the tree must be dead before the lease can expire (S3)
-			}
-			return keeperErr
-		}, func(error) { go func() { <-treeGone; keeper.Interrupt() }() })
-	}
-	{ // requests to the holder: cancel, handover
-		done := make(chan struct{})
-		g.Add(func() error {
-			select {
-			case reason := <-keeper.Requests():
-				return &fence.EndError{Reason: reason}
-			case <-done:
-				return nil
-			}
-		}, func(error) { close(done) })
-	}
-	{ // signals: forwarded to the command's group; the command decides
-		done := make(chan struct{})
-		g.Add(func() error {
-			for {
-				select {
-				case s := <-sigs:
-					mu.Lock()
-					p := proc
-					if p == nil && s != syscall.SIGWINCH {
-						// Before the command started: as a signal while waiting.
-						interrupted = true
-						mu.Unlock()
-						return signalled{s.(syscall.Signal)}
-					}
-					mu.Unlock()
-					if p == nil {
-						continue
-					}
-					log.Debug("forwarding signal", "signal", s)
-					_ = p.Signal(s.(syscall.Signal))
-				case <-done:
-					return nil
-				}
-			}
-		}, func(error) { go func() { <-treeGone; close(done) }() })
-	}
-	var watchdog *fence.Watchdog
-	if after := r.stuckAfter(); after > 0 {
-		watchdog, _ = fence.NewWatchdog(after, nil)
-		g.Add(func() error { return watchdog.Run(ctx) }, func(error) { watchdog.Interrupt() })
-	}
-	{ // ticks from the command: stamped by the keeper, fed to the watchdog
-		owns := func(pid int) bool {
-			mu.Lock()
-			p := proc
-			mu.Unlock()
-			return p != nil && p.Owns(pid)
-		}
-		g.Add(func() error {
-			return ticks.Serve(owns, func(t time.Time) {
-				keeper.Tick(t)
-				if watchdog != nil {
-					watchdog.Tick()
-				}
-			})
-		}, func(error) { go func() { <-treeGone; ticks.Close() }() }) // a command that is stopping may still tick
-	}
-	if r.Timeout > 0 { // --timeout counts from the command's start
-		done := make(chan struct{})
-		g.Add(func() error {
-			select {
-			case <-started:
-			case <-done:
-				return nil
-			}
-			t := time.NewTimer(r.Timeout)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return errTimeout
-			case <-done:
-				return nil
-			}
-		}, func(error) { close(done) })
-	}
-
-	err := g.Run()
-	var (
-		cause supervisor.Cause
-		end   *fence.EndError
-		sig   signalled
-		coded *exitError
-	)
-	switch {
-	case errors.As(err, &sig), errors.As(err, &coded):
-		return 0, err
-	case errors.Is(err, errTimeout):
-		cause = supervisor.CauseTimeout
-		log.Warn("the command ran past --timeout and was stopped", "timeout", r.Timeout)
-	case errors.As(err, &end):
-		cause = causeOf[end.Reason]
-	case err != nil:
-		// A part of fencerun itself failed (a timer, the tick socket): the
-		// command was stopped for it, so its status is not the answer.
-		return 0, fail(supervisor.ExitFailed, "%v", err)
-	}
-	if errors.As(keeperErr, &end) && end.Reason == fence.Lost {
-		cause = supervisor.CauseLost // also when it broke while the command was being stopped
-	}
-	if end != nil {
-		level := hclog.Warn
-		if end.Reason == fence.Lost {
-			level = hclog.Error
-		}
-		log.Log(level, "the command was stopped", "reason", end.Reason.String(), "detail", end.Error())
-	}
-	return supervisor.ExitCode(cause, status), nil
-}
-
-// stopLeftovers stops what dead predecessors left running (S2), so that
-// nothing of their trees runs beside this holder's command, and then tells
-// the store they are gone. It runs to the end, whatever else happens
-// meanwhile: those processes are not ours to abandon. Until it succeeds the
-// store keeps them for the next holder.
-func stopLeftovers(ctx context.Context, lease store.Lease, sig syscall.Signal, grace time.Duration, log hclog.Logger) error {
-	p := lease.Predecessor()
-	if p == nil {
-		return nil
-	}
-	trees := p.Leftovers
-	if len(trees) == 0 && p.Marker != "" {
-		trees = []store.Leftover{{HolderPID: p.PID, Host: p.Host, Marker: p.Marker}}
-	}
-	if len(trees) == 0 {
-		return nil
-	}
-	log.Info("the previous holder died holding the lease; stopping its leftovers", "pid", p.PID, "trees", len(trees))
-	_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: sig, Grace: grace, Logger: log.Named("supervisor")})
-	if err != nil {
-		return fail(supervisor.ExitFailed, "%v", err)
-	}
-	if elsewhere {
-		// Only a fencerun on that host can stop them (SPEC E5): they stay
-		// recorded for it.
-		log.Warn("a dead holder's leftovers run on another host; they are left to a fencerun there")
-		return nil
-	}
-	if err := lease.LeftoversStopped(ctx); err != nil {
-		log.Warn("could not record that the leftovers are gone; the next holder will look again", "error", err)
-	}
-	return nil
-}
-
-var causeOf = map[fence.Reason]supervisor.Cause{
-	fence.Lost: supervisor.CauseLost, fence.Cancelled: supervisor.CauseCancel,
-	fence.Handover: supervisor.CauseHandover, fence.Stuck: supervisor.CauseStuck,
+	env = append(env, "FENCERUN_FENCE="+strconv.FormatUint(lease.Fence(), 10))
+	return append(append(env, lease.Env()...), marker)
 }
 
 // wait is how long to wait for the lease: -n and -w 0 not at all; keys

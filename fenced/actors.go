@@ -1,0 +1,293 @@
+package fenced
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/supervisor"
+)
+
+// The actors of a run group. Each is an execute/interrupt pair in the
+// sense of oklog/run: when interrupt is called, execute returns soon, and
+// interrupt is safe after execute returned. They talk to the command
+// through its channels: only the command's goroutine starts or stops the
+// process, and it owns the caught signals until the start, so a start is
+// ordered against every decision to stop, and every signal, without a
+// lock.
+
+// command stops the predecessors' leftovers, starts the command unless
+// something asked to stop it first, and applies every stop request and
+// forwarded signal until the tree is gone.
+type command struct {
+	cfg   *Config
+	lease store.Lease
+	log   hclog.Logger
+
+	stops   chan time.Duration // stop requests: the instant the tree must be dead by, or 0
+	started chan struct{}      // closed once proc is set
+	gone    chan struct{}      // closed when the tree is gone, or the command never started
+
+	proc   Process           // set before started is closed
+	status supervisor.Status // set before gone is closed
+}
+
+func newCommand(cfg *Config, lease store.Lease, log hclog.Logger) *command {
+	return &command{cfg: cfg, lease: lease, log: log,
+		stops:   make(chan time.Duration),
+		started: make(chan struct{}), gone: make(chan struct{})}
+}
+
+// interruptedError ends a run whose command never started because of a
+// signal: exit 128+N.
+type interruptedError struct{ sig syscall.Signal }
+
+func (e *interruptedError) Error() string { return "interrupted by " + unix.SignalName(e.sig) }
+
+// startError ends a run whose command could not be started.
+type startError struct{ err error }
+
+func (e *startError) Error() string { return e.err.Error() }
+func (e *startError) Unwrap() error { return e.err }
+
+func (c *command) execute(ctx context.Context) error {
+	defer close(c.gone)
+	// Until the command starts, the signals are this actor's: a stop
+	// request or a signal means it never starts, and whichever came first
+	// says why. The leftovers are stopped to the end all the same.
+	left := make(chan error, 1)
+	go func() { left <- stopLeftovers(ctx, c.cfg, c.lease, c.log) }()
+	var (
+		stopBy  time.Duration
+		stopped bool
+		sig     syscall.Signal
+	)
+	heard := func(s os.Signal) {
+		if s != syscall.SIGWINCH && !stopped && sig == 0 {
+			sig = s.(syscall.Signal)
+		}
+	}
+	for waiting := true; waiting; {
+		select {
+		case err := <-left:
+			if err != nil {
+				return err
+			}
+			waiting = false
+		case by := <-c.stops:
+			stopped, stopBy = true, earliest(stopBy, by)
+		case s := <-c.cfg.Signals:
+			heard(s)
+		}
+	}
+	for drained := false; !drained; { // a signal already caught counts as before the start
+		select {
+		case s := <-c.cfg.Signals:
+			heard(s)
+		default:
+			drained = true
+		}
+	}
+	switch {
+	case sig != 0:
+		return &interruptedError{sig}
+	case stopped:
+		return nil
+	}
+	p, err := c.cfg.Start(c.lease)
+	if err != nil {
+		return &startError{err}
+	}
+	c.proc = p
+	close(c.started) // from now on the signals actor forwards the signals
+	c.log.Debug("command started", "pid", p.Pid())
+	if err := c.lease.SetCommand(ctx, p.Group(), supervisor.OwnSession()); err != nil {
+		c.log.Warn("could not record the command's process group", "error", err)
+	}
+	waited := make(chan supervisor.Status, 1)
+	go func() { waited <- p.Wait() }()
+	for {
+		select {
+		case c.status = <-waited:
+			return nil
+		case by := <-c.stops:
+			stopBy = earliest(stopBy, by)
+			p.Stop(c.grace(stopBy))
+		}
+	}
+}
+
+func (c *command) interrupt(error) { c.stop(0) }
+
+// stop asks for the command's tree to be stopped, now or instead of
+// starting it; by, if not 0, is the instant by which it must be dead.
+func (c *command) stop(by time.Duration) {
+	select {
+	case c.stops <- by:
+	case <-c.gone:
+	}
+}
+
+// owns says whether pid belongs to the running command's tree.
+func (c *command) owns(pid int) bool {
+	select {
+	case <-c.started:
+		return c.proc.Owns(pid)
+	default:
+		return false
+	}
+}
+
+// grace is the time between stop signal and SIGKILL: the configured one,
+// cut short so that the tree is dead by stopBy (S3).
+func (c *command) grace(stopBy time.Duration) time.Duration {
+	if stopBy != 0 {
+		return max(0, min(c.cfg.Grace, stopBy-c.cfg.Clock.Now()))
+	}
+	return c.cfg.Grace
+}
+
+func earliest(a, b time.Duration) time.Duration {
+	if a == 0 || b != 0 && b < a {
+		return b
+	}
+	return a
+}
+
+// keeping runs the keeper: it ends when the lease is lost, and renews
+// until the command's tree is gone, so that a fence that breaks while the
+// command is being stopped still cuts its grace short (S3, S5).
+type keeping struct {
+	keeper *fence.Keeper
+	cmd    *command
+	err    error // how the keeper ended; read after the group
+}
+
+func (k *keeping) execute(ctx context.Context) error {
+	k.err = k.keeper.Run(ctx)
+	var end *fence.EndError
+	if errors.As(k.err, &end) && end.StopBy != 0 {
+		k.cmd.stop(end.StopBy) // the tree must be dead before the lease can expire
+	}
+	return k.err
+}
+
+func (k *keeping) interrupt(error) {
+	go func() { <-k.cmd.gone; k.keeper.Interrupt() }()
+}
+
+// requests ends the group when someone asked the holder to stop: cancel,
+// handover.
+type requests struct {
+	keeper *fence.Keeper
+	done   chan struct{}
+}
+
+func newRequests(k *fence.Keeper) *requests {
+	return &requests{keeper: k, done: make(chan struct{})}
+}
+
+func (r *requests) execute() error {
+	select {
+	case reason := <-r.keeper.Requests():
+		return &fence.EndError{Reason: reason}
+	case <-r.done:
+		return nil
+	}
+}
+
+func (r *requests) interrupt(error) { close(r.done) }
+
+// signals forwards the signals fencerun caught (S7) to the command's group
+// once it runs, until its tree is gone; the command decides what they
+// mean. Before the start they are the command actor's.
+type signals struct {
+	in   <-chan os.Signal
+	cmd  *command
+	done chan struct{}
+	log  hclog.Logger
+}
+
+func (s *signals) execute() error {
+	select {
+	case <-s.cmd.started:
+	case <-s.done:
+		return nil
+	}
+	for {
+		select {
+		case sig := <-s.in:
+			s.log.Debug("forwarding signal", "signal", sig)
+			_ = s.cmd.proc.Signal(sig.(syscall.Signal))
+		case <-s.done:
+			return nil
+		}
+	}
+}
+
+func (s *signals) interrupt(error) {
+	go func() { <-s.cmd.gone; close(s.done) }()
+}
+
+// ticks serves `fencerun tick` from the command's tree: each tick is
+// stamped by the keeper and fed to the watchdog. A command that is stopping
+// may still tick, so it serves until the tree is gone.
+type ticks struct {
+	server   Ticks
+	cmd      *command
+	keeper   *fence.Keeper
+	watchdog *fence.Watchdog // nil: none
+}
+
+func (t *ticks) execute() error {
+	return t.server.Serve(t.cmd.owns, func(at time.Time) {
+		t.keeper.Tick(at)
+		if t.watchdog != nil {
+			t.watchdog.Tick()
+		}
+	})
+}
+
+func (t *ticks) interrupt(error) {
+	go func() { <-t.cmd.gone; t.server.Close() }()
+}
+
+// timeout ends the group when the command has run for longer than after,
+// counted from its start on the injected clock (CLOCK_BOOTTIME: a laptop
+// that slept through it has run for as long as it slept).
+type timeout struct {
+	after time.Duration
+	clock fence.Clock
+	cmd   *command
+	done  chan struct{}
+}
+
+func (t *timeout) execute() error {
+	select {
+	case <-t.cmd.started:
+	case <-t.done:
+		return nil
+	}
+	timer, err := t.clock.NewTimer()
+	if err != nil {
+		return fmt.Errorf("fenced: timeout: %w", err)
+	}
+	defer timer.Close()
+	timer.Set(t.clock.Now() + t.after)
+	select {
+	case <-timer.C():
+		return errTimeout
+	case <-t.done:
+		return nil
+	}
+}
+
+func (t *timeout) interrupt(error) { close(t.done) }

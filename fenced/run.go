@@ -1,0 +1,324 @@
+package fenced
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/oklog/run"
+
+	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/supervisor"
+)
+
+// Process is a started command as a run needs it; *supervisor.Process is
+// one.
+type Process interface {
+	Pid() int
+	// Wait returns once the command's whole tree is gone.
+	Wait() supervisor.Status
+	// Stop stops the tree: stop signal, grace, SIGKILL. It returns at once;
+	// a later call may shorten the grace, never lengthen it.
+	Stop(grace time.Duration)
+	Signal(sig syscall.Signal) error
+	// Group is the command's process group, recorded for status and for
+	// the next holder should this one die.
+	Group() store.ProcessID
+	// Owns says whether pid is a process of the command's tree.
+	Owns(pid int) bool
+}
+
+// Ticks is the holder's end of `fencerun tick`; *fence.TickServer is one.
+type Ticks interface {
+	// Serve calls onTick for each tick from a pid that owns accepts, until
+	// Close.
+	Serve(owns func(pid int) bool, onTick func(time.Time)) error
+	Close() error
+}
+
+// Config is one run: how to take the lease, what to start under it and
+// how to stop it.
+type Config struct {
+	// Acquire takes the lease, blocking while it waits. A signal cancels
+	// its ctx. A lease that was not acquired (busy, or the wait ran out) is
+	// an error that wraps ErrNotAcquired; any other error is a failure.
+	Acquire func(ctx context.Context) (store.Lease, error)
+	// Start starts the command under lease. An error it returns (a
+	// *supervisor.ExecError: not found, not executable) ends the run as
+	// NotStarted.
+	Start func(lease store.Lease) (Process, error)
+	// StopLeftovers stops, to the end, the trees dead predecessors left
+	// running on this host. elsewhere reports trees on other hosts, left
+	// for a fencerun there.
+	StopLeftovers func(ctx context.Context, trees []store.Leftover) (elsewhere bool, err error)
+	// Signals are the signals fencerun catches (S7), already subscribed
+	// by the caller so that none is lost before Run.
+	Signals <-chan os.Signal
+	// Ticks, if not nil, is served while the command runs.
+	Ticks Ticks
+
+	TTL        time.Duration // of the lease
+	Grace      time.Duration // between the stop signal and SIGKILL
+	Timeout    time.Duration // longest run of the command; 0: none
+	StuckAfter time.Duration // the watchdog's; 0: off
+	Clock      fence.Clock   // nil: fence.BootClock
+	Logger     hclog.Logger  // nil: none
+}
+
+// ErrNotAcquired is wrapped by Acquire's error when the lease was not
+// acquired: busy without waiting, or the wait ran out.
+var ErrNotAcquired = errors.New("fenced: lease not acquired")
+
+// NotAcquiredf is an error for Acquire to return when the lease was not
+// acquired; it wraps ErrNotAcquired and says only what format says.
+func NotAcquiredf(format string, args ...any) error {
+	return &notAcquired{msg: fmt.Sprintf(format, args...)}
+}
+
+type notAcquired struct{ msg string }
+
+func (e *notAcquired) Error() string        { return e.msg }
+func (e *notAcquired) Is(target error) bool { return target == ErrNotAcquired }
+
+// errTimeout ends the run group when --timeout runs out.
+var errTimeout = errors.New("fenced: the command ran past its timeout")
+
+// End says how a run ended.
+type End int
+
+const (
+	// Exited: the command ended by itself; Outcome.Status says how.
+	Exited End = iota + 1
+	// Interrupted: a signal (Outcome.Signal) came before the command
+	// started: while waiting for the lease, or while its predecessors'
+	// leftovers were stopped. No command ran.
+	Interrupted
+	// NotAcquired: the lease was busy, or the wait ran out (Outcome.Err).
+	NotAcquired
+	// NotStarted: the command could not be started (Outcome.Err).
+	NotStarted
+	// FenceBroken: the lease was revoked, taken over or not renewed in
+	// time; the command was stopped.
+	FenceBroken
+	// Cancelled: `fencerun cancel` asked; the command was stopped.
+	Cancelled
+	// HandedOver: a newer build asked for the resident role.
+	HandedOver
+	// Stuck: the command stopped ticking for StuckAfter.
+	Stuck
+	// TimedOut: the command ran past Timeout.
+	TimedOut
+	// Failed: fencerun itself failed (Outcome.Err).
+	Failed
+)
+
+// Outcome is how a run ended.
+type Outcome struct {
+	End End
+	// Status is how the command's direct child ended, when it ran.
+	Status supervisor.Status
+	// Signal is the signal that ended an Interrupted run.
+	Signal syscall.Signal
+	// Err says why for NotAcquired, NotStarted and Failed.
+	Err error
+}
+
+// Run takes the lease, runs the command under it and releases it, and says
+// how it went. It returns only once the command's tree is gone and the
+// lease was given back (or could not be, within min(TTL, 10s)).
+func Run(ctx context.Context, cfg Config) Outcome {
+	if cfg.Clock == nil {
+		cfg.Clock = fence.BootClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	lease, sig, err := acquire(ctx, &cfg)
+	switch {
+	case sig != 0:
+		return Outcome{End: Interrupted, Signal: sig}
+	case errors.Is(err, ErrNotAcquired):
+		return Outcome{End: NotAcquired, Err: err}
+	case err != nil:
+		return Outcome{End: Failed, Err: err}
+	}
+	log := cfg.Logger.With("fence", lease.Fence())
+	keeper, err := fence.New(fence.Config{Lease: lease, TTL: cfg.TTL, Grace: cfg.Grace, Clock: cfg.Clock, Logger: log.Named("fence")})
+	if err != nil {
+		_ = lease.Release(ctx)
+		return Outcome{End: Failed, Err: err}
+	}
+	out := supervise(ctx, &cfg, log, lease, keeper)
+
+	// Every exit path releases (S8), after the command's processes are gone.
+	relCtx, cancel := context.WithTimeout(ctx, releaseWait(cfg.TTL))
+	defer cancel()
+	if err := keeper.Release(relCtx); err != nil {
+		// The wrapper exiting drops the kernel lock that proves it alive, so
+		// the next holder still takes over; say what was left behind.
+		log.Warn("could not release the lease; the next holder will take it over once this process exits", "error", err)
+	}
+	return out
+}
+
+// releaseWait bounds how long a release may take before fencerun exits
+// anyway.
+func releaseWait(ttl time.Duration) time.Duration { return min(ttl, 10*time.Second) }
+
+// acquire takes the lease unless a signal comes first. A signal that
+// arrives while the lease is being taken ends the wait (S7): a lease taken
+// at that very moment is given back, after its predecessors' leftovers are
+// stopped as the command would have stopped them.
+func acquire(ctx context.Context, cfg *Config) (store.Lease, syscall.Signal, error) {
+	waitCtx, cancelWait := context.WithCancelCause(ctx)
+	defer cancelWait(nil)
+	heard := make(chan syscall.Signal, 1)
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case s := <-cfg.Signals:
+				if s == syscall.SIGWINCH {
+					continue // a resized terminal is no reason to give up
+				}
+				heard <- s.(syscall.Signal)
+				cancelWait(errInterrupted)
+				return
+			case <-stop:
+				return
+			}
+		}
+	}()
+	lease, err := cfg.Acquire(waitCtx)
+	close(stop)
+	<-watched
+	select {
+	case sig := <-heard:
+		if lease != nil {
+			// Leftovers not confirmed gone stay with the key for the next holder.
+			_ = stopLeftovers(ctx, cfg, lease, cfg.Logger)
+			_ = lease.Release(ctx)
+		}
+		return nil, sig, nil
+	default:
+	}
+	if err == nil && lease == nil {
+		err = errors.New("fenced: acquire returned no lease and no error")
+	}
+	return lease, 0, err
+}
+
+// errInterrupted is the cause of an acquisition a signal ended.
+var errInterrupted = errors.New("fenced: interrupted by a signal")
+
+// supervise runs the command under the keeper as one run group of the
+// actors in actors.go and says how it ended.
+func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.Lease, keeper *fence.Keeper) Outcome {
+	cmd := newCommand(cfg, lease, log)
+	keep := &keeping{keeper: keeper, cmd: cmd}
+	var g run.Group
+	g.Add(func() error { return cmd.execute(ctx) }, cmd.interrupt)
+	g.Add(func() error { return keep.execute(ctx) }, keep.interrupt)
+	req := newRequests(keeper)
+	g.Add(req.execute, req.interrupt)
+	sigs := &signals{in: cfg.Signals, cmd: cmd, done: make(chan struct{}), log: log}
+	g.Add(sigs.execute, sigs.interrupt)
+	var dog *fence.Watchdog
+	if cfg.StuckAfter > 0 {
+		dog, _ = fence.NewWatchdog(cfg.StuckAfter, cfg.Clock)
+		g.Add(func() error { return dog.Run(ctx) }, func(error) { dog.Interrupt() })
+	}
+	if cfg.Ticks != nil {
+		t := &ticks{server: cfg.Ticks, cmd: cmd, keeper: keeper, watchdog: dog}
+		g.Add(t.execute, t.interrupt)
+	}
+	if cfg.Timeout > 0 {
+		t := &timeout{after: cfg.Timeout, clock: cfg.Clock, cmd: cmd, done: make(chan struct{})}
+		g.Add(t.execute, t.interrupt)
+	}
+	err := g.Run()
+	return outcome(err, keep.err, cmd, cfg, log)
+}
+
+// outcome reads how the group ended: the first actor's error, except that
+// a fence that broke wins whatever ended the group first (S5).
+func outcome(err, keeperErr error, cmd *command, cfg *Config, log hclog.Logger) Outcome {
+	var (
+		end     *fence.EndError
+		intr    *interruptedError
+		started *startError
+		out     = Outcome{End: Exited, Status: cmd.status}
+	)
+	switch {
+	case errors.As(err, &intr):
+		return Outcome{End: Interrupted, Signal: intr.sig}
+	case errors.As(err, &started):
+		return Outcome{End: NotStarted, Err: started.err}
+	case errors.Is(err, errTimeout):
+		out.End = TimedOut
+		log.Warn("the command ran past --timeout and was stopped", "timeout", cfg.Timeout)
+	case errors.As(err, &end):
+		out.End = endOf[end.Reason]
+	case err != nil:
+		// A part of fencerun itself failed (a timer, the tick socket, the
+		// leftovers): the command was stopped for it, so its status is not
+		// the answer.
+		return Outcome{End: Failed, Err: err}
+	}
+	if errors.As(keeperErr, &end) && end.Reason == fence.Lost {
+		out.End = FenceBroken // also when it broke while the command was being stopped
+	}
+	if end != nil {
+		level := hclog.Warn
+		if end.Reason == fence.Lost {
+			level = hclog.Error
+		}
+		log.Log(level, "the command was stopped", "reason", end.Reason.String(), "detail", end.Error())
+	}
+	return out
+}
+
+var endOf = map[fence.Reason]End{
+	fence.Lost: FenceBroken, fence.Cancelled: Cancelled,
+	fence.Handover: HandedOver, fence.Stuck: Stuck,
+}
+
+// stopLeftovers stops what dead predecessors left running (S2), so that
+// nothing of their trees runs beside this holder's command, and then tells
+// the store they are gone. It runs to the end, whatever else happens
+// meanwhile: those processes are not ours to abandon. Until it succeeds the
+// store keeps them for the next holder.
+func stopLeftovers(ctx context.Context, cfg *Config, lease store.Lease, log hclog.Logger) error {
+	p := lease.Predecessor()
+	if p == nil {
+		return nil
+	}
+	trees := p.Leftovers
+	if len(trees) == 0 && p.Marker != "" {
+		trees = []store.Leftover{{HolderPID: p.PID, Host: p.Host, Marker: p.Marker}}
+	}
+	if len(trees) == 0 {
+		return nil
+	}
+	log.Info("the previous holder died holding the lease; stopping its leftovers", "pid", p.PID, "trees", len(trees))
+	elsewhere, err := cfg.StopLeftovers(ctx, trees)
+	if err != nil {
+		return err
+	}
+	if elsewhere {
+		// Only a fencerun on that host can stop them (SPEC E5): they stay
+		// recorded for it.
+		log.Warn("a dead holder's leftovers run on another host; they are left to a fencerun there")
+		return nil
+	}
+	if err := lease.LeftoversStopped(ctx); err != nil {
+		log.Warn("could not record that the leftovers are gone; the next holder will look again", "error", err)
+	}
+	return nil
+}
