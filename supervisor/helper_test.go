@@ -65,7 +65,7 @@ func helper(mode string, args []string) int {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			if ee, ok := err.(*ExecError); ok {
-				return ee.Code()
+				return map[ExecFailure]int{NotFound: 127, NotExecutable: 126}[ee.Failure]
 			}
 			return 125
 		}
@@ -74,7 +74,11 @@ func helper(mode string, args []string) int {
 			fg, _ := unix.IoctlGetInt(0, unix.TIOCGPGRP)
 			fmt.Printf("command-foreground=%v\n", fg == p.Pid())
 		}
-		code := ExitCode(CauseNone, p.Wait())
+		st := p.Wait()
+		code := st.Code
+		if st.Signal != 0 {
+			code = 128 + int(st.Signal) // as a shell reports it
+		}
 		if mode != "run" {
 			fg, _ := unix.IoctlGetInt(0, unix.TIOCGPGRP)
 			want := unix.Getpgrp()

@@ -12,26 +12,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ExecError says why the command could not be run: not found (127), or
-// found but not executable (126). Path is the command as given when it was
-// not found in PATH, else the file that was tried.
+// ExecError says why the command could not be run. Path is the command as
+// given when it was not found in PATH, else the file that was tried.
 type ExecError struct {
 	Path string
 	// Err is the cause: exec.ErrNotFound when a PATH search found nothing,
-	// else the errno of stat, access or execve (ENOENT, EACCES, EISDIR,
-	// ENOEXEC...).
-	Err  error
-	code int
+	// else the errno of stat, access, fork or execve (ENOENT, EACCES,
+	// EISDIR, ENOEXEC, EAGAIN...).
+	Err     error
+	Failure ExecFailure
 }
 
 func (e *ExecError) Error() string { return fmt.Sprintf("supervisor: %s: %v", e.Path, e.Err) }
 func (e *ExecError) Unwrap() error { return e.Err }
 
-// Code is the exit code of SPEC.md: ExitNotFound or ExitCannotExec.
-func (e *ExecError) Code() int { return e.code }
+// ExecFailure says which way a command could not be run; the exit code
+// each gets is the caller's to decide.
+type ExecFailure int
 
-// ExitCode is Code under the name kong looks for.
-func (e *ExecError) ExitCode() int { return e.code }
+const (
+	// NotFound: nothing there, or nothing in PATH (the shell's 127).
+	NotFound ExecFailure = iota + 1
+	// NotExecutable: found, but a directory, without execute permission,
+	// or refused by execve (the shell's 126).
+	NotExecutable
+	// NoFork: this process could not fork (EAGAIN, ENOMEM, EMFILE,
+	// ENFILE): the wrapper's failure, not the command's.
+	NoFork
+)
 
 // defaultPath is what execvp(3) searches when PATH is unset
 // (confstr(_CS_PATH) on glibc).
@@ -44,7 +52,7 @@ const defaultPath = "/bin:/usr/bin"
 // when nothing executable is found after it, as in sh.
 func LookPath(name string, env []string) (string, error) {
 	if name == "" {
-		return "", &ExecError{Path: name, Err: exec.ErrNotFound, code: ExitNotFound}
+		return "", &ExecError{Path: name, Err: exec.ErrNotFound, Failure: NotFound}
 	}
 	if strings.Contains(name, "/") {
 		return name, checkExecutable(name)
@@ -64,14 +72,14 @@ func LookPath(name string, env []string) (string, error) {
 			return file, nil
 		}
 		var ee *ExecError
-		if denied == nil && errors.As(err, &ee) && ee.code == ExitCannotExec && !errors.Is(err, syscall.EISDIR) {
+		if denied == nil && errors.As(err, &ee) && ee.Failure == NotExecutable && !errors.Is(err, syscall.EISDIR) {
 			denied = err
 		}
 	}
 	if denied != nil {
 		return "", denied
 	}
-	return "", &ExecError{Path: name, Err: exec.ErrNotFound, code: ExitNotFound}
+	return "", &ExecError{Path: name, Err: exec.ErrNotFound, Failure: NotFound}
 }
 
 // checkExecutable tells 127 (nothing there) from 126 (a directory, or no
@@ -79,17 +87,17 @@ func LookPath(name string, env []string) (string, error) {
 func checkExecutable(file string) error {
 	fi, err := os.Stat(file)
 	if err != nil {
-		code := ExitCannotExec
+		failure := NotExecutable
 		if errors.Is(err, os.ErrNotExist) {
-			code = ExitNotFound
+			failure = NotFound
 		}
-		return &ExecError{Path: file, Err: errnoOf(err), code: code}
+		return &ExecError{Path: file, Err: errnoOf(err), Failure: failure}
 	}
 	if fi.IsDir() {
-		return &ExecError{Path: file, Err: syscall.EISDIR, code: ExitCannotExec}
+		return &ExecError{Path: file, Err: syscall.EISDIR, Failure: NotExecutable}
 	}
 	if err := unix.Faccessat(unix.AT_FDCWD, file, unix.X_OK, unix.AT_EACCESS); err != nil {
-		return &ExecError{Path: file, Err: err, code: ExitCannotExec}
+		return &ExecError{Path: file, Err: err, Failure: NotExecutable}
 	}
 	return nil
 }

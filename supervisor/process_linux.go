@@ -156,13 +156,12 @@ func Start(cfg Config) (*Process, error) {
 		if p.cg != nil {
 			p.cg.remove()
 		}
-		code := ExitCannotExec
+		failure := NotExecutable
 		switch err {
 		case syscall.EAGAIN, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE:
-			// fencerun could not fork: its failure, not the command's (125).
-			code = ExitFailed
+			failure = NoFork // fencerun could not fork: its failure, not the command's
 		}
-		return nil, &ExecError{Path: path, Err: err, code: code}
+		return nil, &ExecError{Path: path, Err: err, Failure: failure}
 	}
 	p.log.Debug("started", "pid", p.pid, "path", path, "foreground", p.tty >= 0)
 	return p, nil

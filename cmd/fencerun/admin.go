@@ -44,7 +44,7 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 	before, serr := backend.Status(ctx, c.Key)
 	had, err := backend.Revoke(ctx, c.Key)
 	if err != nil {
-		return fail(supervisor.ExitFailed, "%v", err)
+		return fail(exitFailed, "%v", err)
 	}
 	switch {
 	case !had:
@@ -88,11 +88,11 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 	// for the key to be free (a waiter may take it at once).
 	before, err := backend.Status(ctx, c.Key)
 	if err != nil {
-		return fail(supervisor.ExitFailed, "%v", err)
+		return fail(exitFailed, "%v", err)
 	}
 	had, err := backend.Cancel(ctx, c.Key)
 	if err != nil {
-		return fail(supervisor.ExitFailed, "%v", err)
+		return fail(exitFailed, "%v", err)
 	}
 	if !had {
 		fmt.Printf("%s is free: nothing to cancel\n", c.Key)
@@ -109,14 +109,14 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 	for {
 		st, err := backend.Status(ctx, c.Key)
 		if err != nil {
-			return fail(supervisor.ExitFailed, "%v", err)
+			return fail(exitFailed, "%v", err)
 		}
 		if st.Holder == nil || st.Holder.Fence != fence {
 			fmt.Printf("the holder of %s (fence %d) has let go\n", c.Key, fence)
 			return nil
 		}
 		if !c.Wait.Forever() && time.Now().After(deadline) {
-			return fail(supervisor.ExitConflict, "the holder of %s (fence %d) still holds it after %v", c.Key, fence, c.Wait)
+			return fail(exitConflict, "the holder of %s (fence %d) still holds it after %v", c.Key, fence, c.Wait)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -143,7 +143,7 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 	default:
 		defer backend.Close()
 		if removed, err = backend.Prune(ctx); err != nil {
-			return fail(supervisor.ExitFailed, "%v", err)
+			return fail(exitFailed, "%v", err)
 		}
 		stopped, err := pruneLeftovers(ctx, backend, g)
 		removed = append(removed, stopped...)
@@ -184,7 +184,7 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 func pruneLeftovers(ctx context.Context, backend store.Store, g *Globals) ([]store.Pruned, error) {
 	all, err := backend.List(ctx)
 	if err != nil {
-		return nil, fail(supervisor.ExitFailed, "%v", err)
+		return nil, fail(exitFailed, "%v", err)
 	}
 	var out []store.Pruned
 	for _, st := range all {
@@ -211,7 +211,7 @@ func pruneLeftovers(ctx context.Context, backend store.Store, g *Globals) ([]sto
 			err = rerr
 		}
 		if err != nil {
-			return out, fail(supervisor.ExitFailed, "%s: %v", st.Key, err)
+			return out, fail(exitFailed, "%s: %v", st.Key, err)
 		}
 		last := p.Leftovers[len(p.Leftovers)-1]
 		out = append(out, store.Pruned{Key: st.Key, What: "leftovers", Path: last.Cgroup, HolderPID: last.HolderPID, Count: n})

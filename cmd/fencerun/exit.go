@@ -2,39 +2,57 @@ package main
 
 import (
 	"errors"
+	"fmt"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fenced"
+	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
 
-// runExit maps how a run ended to fencerun's exit (SPEC.md's table):
-// an error carrying the code, and what to say when there is something to
-// say. conflict is -E's code for a lease not acquired.
+// Exit codes of SPEC.md's table. This file is the one place that decides
+// which of them fencerun exits with: runExit for a run's outcome,
+// statusExit for status --exit-code, usage and fail for everything else.
+const (
+	exitConflict    = 75  // the lease was not acquired (-E changes it)
+	exitFenceBroken = 76  // revoked, taken over, or not renewed in time
+	exitStopped     = 77  // cancelled, or handed over to a newer build
+	exitStuck       = 78  // stopped ticking for --stuck-after
+	exitTimeout     = 124 // ran past --timeout
+	exitFailed      = 125 // fencerun itself failed
+	exitCannotExec  = 126 // found but could not be executed
+	exitNotFound    = 127 // not found
+	exitSignal      = 128 // + N: died of, or interrupted by, signal N
+)
+
+// runExit maps how a run ended to fencerun's exit: an error carrying the
+// code, and what to say when there is something to say. A cause set by
+// fencerun wins over the status the stopped command died with. conflict
+// is -E's code for a lease not acquired.
 func runExit(o fenced.Outcome, conflict int) error {
 	switch o.End {
 	case fenced.Exited:
 		if o.Status.Signal != 0 {
-			return exitCode(128 + int(o.Status.Signal))
+			return exitCode(exitSignal + int(o.Status.Signal))
 		}
 		return exitCode(o.Status.Code)
 	case fenced.Interrupted:
-		return fail(128+int(o.Signal), "interrupted by %s", unix.SignalName(o.Signal))
+		return fail(exitSignal+int(o.Signal), "interrupted by %s", unix.SignalName(o.Signal))
 	case fenced.NotAcquired:
 		return fail(conflict, "%v", o.Err)
 	case fenced.NotStarted:
 		return notStarted(o.Err)
 	case fenced.FenceBroken:
-		return exitCode(supervisor.ExitFenceBroken)
+		return exitCode(exitFenceBroken)
 	case fenced.Cancelled, fenced.HandedOver:
-		return exitCode(supervisor.ExitStopped)
+		return exitCode(exitStopped)
 	case fenced.Stuck:
-		return exitCode(supervisor.ExitStuck)
+		return exitCode(exitStuck)
 	case fenced.TimedOut:
-		return exitCode(supervisor.ExitTimeout)
+		return exitCode(exitTimeout)
 	}
-	return fail(supervisor.ExitFailed, "%v", o.Err)
+	return fail(exitFailed, "%v", o.Err)
 }
 
 // notStarted is a command that could not be started: 127 not found, 126
@@ -42,7 +60,45 @@ func runExit(o fenced.Outcome, conflict int) error {
 func notStarted(err error) error {
 	var ee *supervisor.ExecError
 	if errors.As(err, &ee) {
-		return fail(ee.Code(), "%v", err)
+		switch ee.Failure {
+		case supervisor.NotFound:
+			return fail(exitNotFound, "%v", err)
+		case supervisor.NotExecutable:
+			return fail(exitCannotExec, "%v", err)
+		}
 	}
-	return fail(supervisor.ExitFailed, "%v", err)
+	return fail(exitFailed, "%v", err)
+}
+
+// statusExit is status --exit-code's: 0 held, 3 free, 4 expired, 5
+// corrupt.
+func statusExit(s store.State) error {
+	return exitCode(map[store.State]int{store.Held: 0, store.Stuck: 0, store.Free: 3, store.Expired: 4, store.Corrupt: 5}[s])
+}
+
+// exitError carries the exit code of a failure; kong and main honour
+// ExitCode().
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+// exitCode is a run that ended with a code and nothing more to say (the
+// command's own code, or 128+N).
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+func (c exitCode) ExitCode() int { return int(c) }
+
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// usage is a bad command line or flag value (B2): exit 125.
+func usage(format string, args ...any) error {
+	return fail(exitFailed, format, args...)
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/fencerun/fencerun/store/filestore"
-	"github.com/fencerun/fencerun/supervisor"
 )
 
 // InitCmd is `fencerun init --group G DIR`.
@@ -31,7 +30,7 @@ func (c *InitCmd) Run() error {
 	gid, _ := strconv.Atoi(g.Gid)
 	already, err := filestore.Init(c.Path, gid)
 	if err != nil {
-		return fail(supervisor.ExitFailed, "%v", err)
+		return fail(exitFailed, "%v", err)
 	}
 	if already {
 		fmt.Printf("%s is already a group store of %s\n", c.Path, g.Name)

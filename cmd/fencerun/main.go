@@ -27,7 +27,6 @@ import (
 	"github.com/fencerun/fencerun/internal/duration"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/filestore"
-	"github.com/fencerun/fencerun/supervisor"
 )
 
 // Globals are the flags every command takes.
@@ -59,28 +58,6 @@ type CLI struct {
 	Init    InitCmd    `cmd:"" help:"Create a store shared by a group: fencerun init --group G DIR."`
 }
 
-// exitError carries the exit code of a failure; kong and main honour
-// ExitCode().
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-func (e *exitError) ExitCode() int { return e.code }
-
-// exitCode is a run that ended with a code and nothing more to say (the
-// command's own code, or 128+N).
-type exitCode int
-
-func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
-func (c exitCode) ExitCode() int { return int(c) }
-
-func fail(code int, format string, args ...any) error {
-	return &exitError{code: code, err: fmt.Errorf(format, args...)}
-}
-
 // conflictError is a lease that was not acquired (busy, or --wait ran
 // out): an expected outcome with -n or -w, logged at warn, or not at all
 // when -E says what it means or -q is given.
@@ -93,11 +70,6 @@ type conflictError struct {
 func (e *conflictError) Error() string { return e.err.Error() }
 func (e *conflictError) Unwrap() error { return e.err }
 func (e *conflictError) ExitCode() int { return e.code }
-
-// usage is a bad command line or flag value (B2): exit 125.
-func usage(format string, args ...any) error {
-	return fail(supervisor.ExitFailed, format, args...)
-}
 
 func main() {
 	os.Exit(Main(os.Args[1:]))
@@ -131,7 +103,7 @@ func Main(args []string) int {
 	)
 	if err != nil {
 		log.Error(err.Error())
-		return supervisor.ExitFailed
+		return exitFailed
 	}
 	if len(args) == 0 {
 		return bare(parser, early)
@@ -152,7 +124,7 @@ func Main(args []string) int {
 			err = ours
 		}
 		log.Error(err.Error() + hint(perr))
-		return supervisor.ExitFailed
+		return exitFailed
 	}
 	cli.log = newLogger(logOptions{level: cli.LogLevel, json: cli.LogFormat == "json", quiet: cli.Quiet})
 	ctx := context.Background()
@@ -183,7 +155,7 @@ func Main(args []string) int {
 	if errors.As(err, &coded) {
 		return coded.ExitCode()
 	}
-	return supervisor.ExitFailed
+	return exitFailed
 }
 
 // durationMapper reads every time.Duration flag and its variable as
@@ -216,7 +188,7 @@ func (g *Globals) openStore(create bool) (store.Store, error) {
 	if dir == "" {
 		var err error
 		if dir, err = filestore.DefaultRoot(); err != nil {
-			return nil, fail(supervisor.ExitFailed, "no state root: %v (set --dir or FENCERUN_DIR)", err)
+			return nil, fail(exitFailed, "no state root: %v (set --dir or FENCERUN_DIR)", err)
 		}
 	}
 	s, err := filestore.Open(dir, filestore.Options{Logger: g.log, MustExist: !create})
@@ -224,7 +196,7 @@ func (g *Globals) openStore(create bool) (store.Store, error) {
 		return nil, &noState{root: dir, err: err}
 	}
 	if err != nil {
-		return nil, fail(supervisor.ExitFailed, "%v", err)
+		return nil, fail(exitFailed, "%v", err)
 	}
 	if create {
 		g.backend = s

@@ -7,7 +7,6 @@ import (
 	"github.com/fencerun/fencerun/fenced"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
-	"github.com/fencerun/fencerun/supervisor"
 )
 
 // acquireResident takes the resident role of a store file (R1-R8). Unlike a
@@ -43,7 +42,7 @@ func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Cl
 func residentStatus(path string) (*store.Status, error) {
 	st, err := resident.Status(path)
 	if err != nil {
-		return nil, fail(supervisor.ExitFailed, "%v", err)
+		return nil, fail(exitFailed, "%v", err)
 	}
 	return st, nil
 }

@@ -182,7 +182,7 @@ func (r *RunCmd) claim(g *Globals, tickAddr string, clock fence.Clock) (store.Cl
 		case err == nil:
 			claim.Cgroup = h.NewPath()
 		case r.Cgroup == "require":
-			return claim, fail(supervisor.ExitFailed, "--cgroup require: %v", err)
+			return claim, fail(exitFailed, "--cgroup require: %v", err)
 		default:
 			g.log.Debug("no cgroup for the command; finding its tree among fencerun's descendants", "reason", err)
 		}

@@ -60,7 +60,7 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		if err != nil {
 			if !errors.Is(err, store.ErrCorrupt) && !errors.Is(err, store.ErrUnsafe) {
-				return fail(supervisor.ExitFailed, "%v", err)
+				return fail(exitFailed, "%v", err)
 			}
 			st = &store.Status{Key: s.Key, State: store.Corrupt, Err: err}
 		}
@@ -74,10 +74,10 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		printStatus(os.Stdout, v, time.Now())
 	}
 	if s.ExitCode {
-		return exitCode(map[store.State]int{store.Held: 0, store.Stuck: 0, store.Free: 3, store.Expired: 4, store.Corrupt: 5}[st.State])
+		return statusExit(st.State)
 	}
 	if st.State == store.Corrupt {
-		return fail(supervisor.ExitFailed, "%v", st.Err)
+		return fail(exitFailed, "%v", st.Err)
 	}
 	return nil
 }
@@ -119,7 +119,7 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 	default:
 		defer backend.Close()
 		if all, err = backend.List(ctx); err != nil {
-			return fail(supervisor.ExitFailed, "%v", err)
+			return fail(exitFailed, "%v", err)
 		}
 	}
 	all = slices.DeleteFunc(all, func(st store.Status) bool { return !l.shows(st) })

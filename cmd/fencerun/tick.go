@@ -8,7 +8,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/fence"
-	"github.com/fencerun/fencerun/supervisor"
 )
 
 // TickCmd is `fencerun tick`.
@@ -23,12 +22,12 @@ func (TickCmd) Help() string {
 func (TickCmd) Run(ctx context.Context) error {
 	addr := os.Getenv("FENCERUN_TICK")
 	if addr == "" {
-		return fail(supervisor.ExitFailed, "tick works only inside a command that fencerun runs: FENCERUN_TICK is not set")
+		return fail(exitFailed, "tick works only inside a command that fencerun runs: FENCERUN_TICK is not set")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := fence.SendTick(ctx, addr); err != nil {
-		return fail(supervisor.ExitFailed, "%v", err)
+		return fail(exitFailed, "%v", err)
 	}
 	return nil
 }
@@ -43,15 +42,15 @@ func (g *Globals) listenTicks(log hclog.Logger) (*fence.TickServer, error) {
 	}
 	fs, ok := backend.(interface{ TickDir() (string, error) })
 	if !ok {
-		return nil, fail(supervisor.ExitFailed, "this backend has no directory for tick sockets")
+		return nil, fail(exitFailed, "this backend has no directory for tick sockets")
 	}
 	dir, err := fs.TickDir()
 	if err != nil {
-		return nil, fail(supervisor.ExitFailed, "%v", err)
+		return nil, fail(exitFailed, "%v", err)
 	}
 	ticks, err := fence.ListenTicks(dir, log)
 	if err != nil {
-		return nil, fail(supervisor.ExitFailed, "%v", err)
+		return nil, fail(exitFailed, "%v", err)
 	}
 	return ticks, nil
 }

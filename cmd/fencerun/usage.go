@@ -14,8 +14,6 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/hashicorp/go-hclog"
-
-	"github.com/fencerun/fencerun/supervisor"
 )
 
 // logOptions are what the logger needs from the global flags.
@@ -79,7 +77,7 @@ func bare(k *kong.Kong, o logOptions) int {
 	if o.json {
 		newLogger(o).Error("a command is needed", "usage", "fencerun [global flags] COMMAND [ARG...]",
 			"commands", strings.Join(names, ", "), "help", "fencerun --help")
-		return supervisor.ExitFailed
+		return exitFailed
 	}
 	w := os.Stderr
 	fmt.Fprintln(w, "Usage: fencerun [global flags] COMMAND [ARG...]")
@@ -96,7 +94,7 @@ func bare(k *kong.Kong, o logOptions) int {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "fencerun --help" for the global flags and examples, "fencerun help COMMAND" for one command.`)
-	return supervisor.ExitFailed
+	return exitFailed
 }
 
 // noCommand reports whether a parse failed only because no command was
