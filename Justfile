@@ -9,6 +9,10 @@ version := `git describe --tags --always --dirty 2>/dev/null || echo devel`
 build:
     CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version={{version}}" -o bin/fencerun ./cmd/fencerun
 
+# The manual page, docs/fencerun.1, from the command model (a test fails when it is stale).
+man:
+    go run ./cmd/fencerun man > docs/fencerun.1
+
 # The whole default suite, as CI runs it.
 test:
     go test -race ./...

@@ -14,7 +14,7 @@ import (
 
 // ReleaseCmd is `fencerun release KEY --force`.
 type ReleaseCmd struct {
-	Key   string `arg:"" help:"The key to release."`
+	Key   string `arg:"" predictor:"key" help:"The key to release."`
 	Force bool   `env:"-" help:"Required: revoke the lease. The holder's fence breaks, its command is stopped and it exits 76. Also clears a corrupt record."`
 }
 
@@ -63,7 +63,7 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 
 // CancelCmd is `fencerun cancel KEY`.
 type CancelCmd struct {
-	Key  string        `arg:"" help:"The key whose holder to ask."`
+	Key  string        `arg:"" predictor:"key" help:"The key whose holder to ask."`
 	Wait duration.Wait `short:"w" default:"0" placeholder:"D" env:"FENCERUN_CANCEL_WAIT" help:"Also wait until the cancelled holder has stopped its command and let go of the key (which may go straight to the next waiter), at most D (forever: without limit): exit 75 if it has not by then. 0, the default, does not wait."`
 }
 

@@ -46,16 +46,18 @@ type Globals struct {
 type CLI struct {
 	Globals
 
-	Run     RunCmd     `cmd:"" help:"Run a command under a keyed lease or the resident role."`
-	Status  StatusCmd  `cmd:"" help:"Show one key's lease and queue, or one store's resident."`
-	List    ListCmd    `cmd:"" help:"List every key: state, holder, waiters."`
-	Release ReleaseCmd `cmd:"" help:"Revoke a lease (--force); the holder's command is stopped."`
-	Cancel  CancelCmd  `cmd:"" help:"Ask the holder of a key to stop its command gracefully."`
-	Prune   PruneCmd   `cmd:"" help:"Remove expired leases of dead holders, dead waiters and stray temp files."`
-	Tick    TickCmd    `cmd:"" help:"From inside a fenced command: stamp a liveness tick."`
-	Version VersionCmd `cmd:"" help:"Print the version, Go version and VCS revision (also --version)."`
-	Help    HelpCmd    `cmd:"" help:"Show the help of fencerun or of one command."`
-	Init    InitCmd    `cmd:"" help:"Create a store shared by a group: fencerun init --group G DIR."`
+	Run        RunCmd        `cmd:"" help:"Run a command under a keyed lease or the resident role."`
+	Status     StatusCmd     `cmd:"" help:"Show one key's lease and queue, or one store's resident."`
+	List       ListCmd       `cmd:"" help:"List every key: state, holder, waiters."`
+	Release    ReleaseCmd    `cmd:"" help:"Revoke a lease (--force); the holder's command is stopped."`
+	Cancel     CancelCmd     `cmd:"" help:"Ask the holder of a key to stop its command gracefully."`
+	Prune      PruneCmd      `cmd:"" help:"Remove expired leases of dead holders, dead waiters and stray temp files."`
+	Tick       TickCmd       `cmd:"" help:"From inside a fenced command: stamp a liveness tick."`
+	Version    VersionCmd    `cmd:"" help:"Print the version, Go version and VCS revision (also --version)."`
+	Help       HelpCmd       `cmd:"" help:"Show the help of fencerun or of one command."`
+	Init       InitCmd       `cmd:"" help:"Create a store shared by a group: fencerun init --group G DIR."`
+	Completion CompletionCmd `cmd:"" help:"Print a completion script for bash, zsh or fish."`
+	Man        ManCmd        `cmd:"" hidden:"" help:"Print the manual page fencerun(1) in roff (just man writes docs/fencerun.1)."`
 }
 
 // conflictError is a lease that was not acquired (busy, or --wait ran
@@ -92,18 +94,15 @@ func Main(args []string) int {
 	log := newLogger(early)
 	var cli CLI
 	exit := -1
-	parser, err := kong.New(&cli,
-		kong.Name("fencerun"),
-		kong.Description("Run a command only while it holds a lease; stop its whole process tree the moment the lease is lost."),
-		kong.DefaultEnvars("FENCERUN"),
-		kong.TypeMapper(reflect.TypeOf(time.Duration(0)), durationMapper),
-		kong.Help(printHelp),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-		kong.Exit(func(code int) { exit = code }),
-	)
+	parser, err := newParser(&cli, func(code int) { exit = code })
 	if err != nil {
 		log.Error(err.Error())
 		return exitFailed
+	}
+	if os.Getenv("COMP_LINE") != "" {
+		// The shell asks for completions (fencerun completion): answer
+		// and exit before anything is parsed.
+		return answerCompletion(parser, early)
 	}
 	if len(args) == 0 {
 		return bare(parser, early)
@@ -156,6 +155,20 @@ func Main(args []string) int {
 		return coded.ExitCode()
 	}
 	return exitFailed
+}
+
+// newParser is fencerun's kong parser: the one command model that --help,
+// the completions and the manual page are made from.
+func newParser(cli *CLI, exit func(int)) (*kong.Kong, error) {
+	return kong.New(cli,
+		kong.Name("fencerun"),
+		kong.Description("Run a command only while it holds a lease; stop its whole process tree the moment the lease is lost."),
+		kong.DefaultEnvars("FENCERUN"),
+		kong.TypeMapper(reflect.TypeOf(time.Duration(0)), durationMapper),
+		kong.Help(printHelp),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Exit(exit),
+	)
 }
 
 // durationMapper reads every time.Duration flag and its variable as

@@ -25,7 +25,7 @@ import (
 
 // RunCmd is `fencerun run`.
 type RunCmd struct {
-	Key          *string        `placeholder:"KEY" help:"Hold the keyed lease KEY: letters, digits and . _ - : /, starting with a letter or digit, at most 80 bytes."`
+	Key          *string        `placeholder:"KEY" predictor:"key" help:"Hold the keyed lease KEY: letters, digits and . _ - : /, starting with a letter or digit, at most 80 bytes."`
 	Resident     string         `placeholder:"PATH" help:"Hold the resident role of the store file PATH: one live process per store, elected by a kernel lock on PATH's .resident.lock beside it."`
 	TTL          time.Duration  `name:"ttl" default:"30s" help:"Lease duration, renewed every TTL/3; at least 1s. If renewals fail, the command's whole tree is dead before the lease can expire."`
 	NoWait       bool           `short:"n" help:"Fail at once (exit 75, see -E) if the lease is busy: the same as -w 0."`

@@ -18,7 +18,7 @@ import (
 
 // StatusCmd is `fencerun status`.
 type StatusCmd struct {
-	Key      string `arg:"" optional:"" help:"The key to show."`
+	Key      string `arg:"" optional:"" predictor:"key" help:"The key to show."`
 	Resident string `placeholder:"PATH" help:"Show the resident role of the store file PATH instead of a key."`
 	JSON     bool   `name:"json" help:"Print one JSON object: key or store, state, holder (or null), waiters."`
 	ExitCode bool   `help:"Exit 0 when held, 3 when free, 4 when expired, 5 when corrupt."`
@@ -84,7 +84,7 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 
 // ListCmd is `fencerun list`.
 type ListCmd struct {
-	Prefix string `arg:"" optional:"" help:"List only the keys that start with PREFIX (ci:main/ for one branch's keys)."`
+	Prefix string `arg:"" optional:"" predictor:"key" help:"List only the keys that start with PREFIX (ci:main/ for one branch's keys)."`
 	Held   bool   `help:"List only keys with a holder (held, expired or stuck), not free or corrupt ones."`
 	JSON   bool   `name:"json" help:"Print a JSON array of status objects."`
 }

@@ -18,7 +18,6 @@ package duration
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -69,14 +68,57 @@ func (w Wait) String() string {
 	return w.d.String()
 }
 
-var (
-	// bareSeconds is flock(1)'s and timeout(1)'s form: digits with an
-	// optional fraction; no sign, no exponent.
-	bareSeconds = regexp.MustCompile(`^([0-9]+\.?[0-9]*|\.[0-9]+)$`)
-	// goDuration is time.ParseDuration's grammar without a sign: a string
-	// of this shape that ParseDuration still refuses is too large.
-	goDuration = regexp.MustCompile(`^(([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|\x{b5}s|\x{3bc}s|ms|s|m|h))+$`)
-)
+// bareSeconds reports whether s is flock(1)'s and timeout(1)'s form:
+// digits with an optional fraction; no sign, no exponent.
+func bareSeconds(s string) bool {
+	n, rest := number(s)
+	return n && rest == ""
+}
+
+// goDuration reports whether s has time.ParseDuration's grammar without a
+// sign: a string of this shape that ParseDuration still refuses is too
+// large. (Scanned by hand, not by a regexp: every run parses its flags,
+// and a compiled regexp would cost each start-up more than the parse.)
+func goDuration(s string) bool {
+	if s == "" {
+		return false
+	}
+	for s != "" {
+		ok, rest := number(s)
+		if !ok {
+			return false
+		}
+		unit := ""
+		for _, u := range []string{"ns", "us", "\u00b5s", "\u03bcs", "ms", "s", "m", "h"} {
+			if strings.HasPrefix(rest, u) {
+				unit = u
+				break
+			}
+		}
+		if unit == "" {
+			return false
+		}
+		s = rest[len(unit):]
+	}
+	return true
+}
+
+// number cuts a decimal number (digits, an optional dot, digits; at least
+// one digit) off the front of s.
+func number(s string) (ok bool, rest string) {
+	i, digits, dot := 0, 0, false
+	for ; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && !dot:
+			dot = true
+		default:
+			return digits > 0, s[i:]
+		}
+	}
+	return digits > 0, ""
+}
 
 const forms = "a Go duration such as 90s or 1m30s, or seconds such as 5 or 0.5"
 
@@ -92,9 +134,9 @@ func Parse(s string) (time.Duration, error) {
 	}
 	form := strings.TrimPrefix(s, "+")
 	switch {
-	case bareSeconds.MatchString(form):
+	case bareSeconds(form):
 		form += "s"
-	case !goDuration.MatchString(form):
+	case !goDuration(form):
 		return 0, fmt.Errorf("%q is not a duration: give %s", s, forms)
 	}
 	d, err := time.ParseDuration(form)

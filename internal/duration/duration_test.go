@@ -23,6 +23,8 @@ func TestDuration(t *testing.T) {
 		{in: "1m30s", want: 90 * time.Second},
 		{in: "1.5h", want: 90 * time.Minute},
 		{in: "300ms", want: 300 * time.Millisecond},
+		{in: "5\u00b5s", want: 5 * time.Microsecond},
+		{in: "1h2m3.5s", want: time.Hour + 2*time.Minute + 3500*time.Millisecond},
 		{in: "8760h", want: Max},
 		{in: "31536000", want: Max},
 		{in: "8760h1ns", err: "over the limit of a year (8760h)"},
@@ -41,6 +43,10 @@ func TestDuration(t *testing.T) {
 		{in: "0x10", err: "not a duration"},
 		{in: "1 s", err: "not a duration"},
 		{in: "s", err: "not a duration"},
+		{in: ".", err: "not a duration"},
+		{in: "1.5.5", err: "not a duration"},
+		{in: "1.5.5s", err: "not a duration"},
+		{in: "1h2", err: "not a duration"},
 	} {
 		d, err := Parse(tc.in)
 		switch {
