@@ -158,3 +158,14 @@ func (HelpCmd) Usage() string { return "help [COMMAND]" }
 
 // Usage of version.
 func (VersionCmd) Usage() string { return "version" }
+
+// Usage of init.
+func (InitCmd) Usage() string { return "init --group G DIR" }
+
+// Examples of init.
+func (InitCmd) Examples() string {
+	return `  # a store the members of group deploy share; each of them then names it with --dir
+  sudo fencerun init --group deploy /var/lib/fencerun-deploy
+  fencerun --dir /var/lib/fencerun-deploy run --key deploy:prod -- ./deploy.sh
+`
+}
