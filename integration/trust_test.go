@@ -364,3 +364,80 @@ func TestStateRootWithAnUnsafeAncestorIsRefused(t *testing.T) {
 		t.Errorf("a root of our own in a sticky directory: exit %d: %s", code, out)
 	}
 }
+
+// S9: a holder whose key directory is moved away under it loses its fence
+// within a second and exits 76, and a newcomer, which finds no holder in the
+// fresh key directory it makes, still does not start its command while the
+// moved holder's tree lives (it waits for the holder's claim). The commands
+// hold flock(1) on one file without waiting: an overlap would make the
+// newcomer's flock fail.
+func TestMovedKeyDirectoryNoOverlap(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	excl := s.path("excl")
+	holder := s.start(s.fencerun("holder", "run", "--key", "job", "--grace", "2s", "--",
+		"flock", "-n", excl, "sh", "-c", `trap "" TERM; echo $$ > pids.tmp && mv pids.tmp pids; exec sleep 1000`))
+	pids := s.pids("pids")
+	s.waitHeld("job")
+
+	keyDir := filepath.Join(s.state, "keys", "k-job")
+	moved := time.Now()
+	if err := os.Rename(keyDir, filepath.Join(s.state, "keys", "k-old")); err != nil {
+		t.Fatal(err)
+	}
+	second := s.start(s.fencerun("second", "run", "--key", "job", "--",
+		"flock", "-n", excl, "sh", "-c", "touch second-ran"))
+	if code := exitOf(t, holder); code != 76 {
+		t.Errorf("holder whose key directory was moved: exit %d, want 76", code)
+	}
+	took := time.Since(moved)
+	waitGone(t, pids...)
+	if code := exitOf(t, second); code != 0 {
+		t.Fatalf("newcomer: exit %d, want 0 (1: its flock found the moved holder's command still running)", code)
+	}
+	if _, err := os.Stat(s.path("second-ran")); err != nil {
+		t.Fatal("the newcomer's command never ran")
+	}
+	// Within a second of the move the holder must have noticed; the rest is
+	// its 2s grace for a command that ignores TERM. 5s is that with margin.
+	t.Logf("moved holder exited %v after the move", took)
+	if took > 5*time.Second {
+		t.Errorf("the holder took %v to stop after its key directory was moved", took)
+	}
+	if b, _ := os.ReadFile(s.path("holder.log")); !strings.Contains(string(b), "was moved or deleted") {
+		t.Errorf("the holder's log does not say why it stopped:\n%s", b)
+	}
+}
+
+// S9: `rm app.db.resident.lock` (a cleanup script, the worker itself)
+// while a resident holds the role: the holder loses it within a second and
+// exits 76, and a standby started after the rm does not start its command
+// while the old one's tree lives (before: it started at once, beside the
+// first resident still in its grace). The commands hold flock(1) on one
+// file without waiting: an overlap would make the standby's flock fail.
+func TestResidentLockUnlinkedNoOverlap(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	excl, storePath := s.path("excl"), s.path("app.db")
+	holder := s.start(s.fencerun("holder", "run", "--resident", storePath, "--grace", "2s", "--",
+		"flock", "-n", excl, "sh", "-c", `trap "" TERM; echo $$ > pids.tmp && mv pids.tmp pids; exec sleep 1000`))
+	pids := s.pids("pids")
+	if err := os.Remove(storePath + ".resident.lock"); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	standby := s.start(s.fencerun("standby", "run", "--resident", storePath, "--wait", "forever", "--",
+		"flock", "-n", excl, "sh", "-c", "touch second-ran"))
+	if code := exitOf(t, holder); code != 76 {
+		t.Errorf("resident whose lock file was removed: exit %d, want 76", code)
+	}
+	took := time.Since(removed)
+	waitGone(t, pids...)
+	if code := exitOf(t, standby); code != 0 {
+		t.Fatalf("standby: exit %d, want 0 (1: its flock found the first resident's command still running)", code)
+	}
+	if _, err := os.Stat(s.path("second-ran")); err != nil {
+		t.Fatal("the standby's command never ran")
+	}
+	t.Logf("resident exited %v after its lock file was removed (2s of it the grace of a command ignoring TERM)", took)
+}

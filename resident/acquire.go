@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -178,11 +179,29 @@ func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
 			return nil, nil, err
 		}
 		if got {
-			role, err := a.take()
+			c, moved, err := takeClaim(a.p, a.log)
 			if err != nil {
 				return nil, nil, err
 			}
-			return role, nil, nil
+			if !moved {
+				role, err := a.take(c)
+				if err != nil {
+					c.Release()
+					return nil, nil, err
+				}
+				return role, nil, nil
+			}
+			// A holder whose lock file was moved or unlinked still runs: it
+			// stops within a second, and its claim goes with its tree.
+			a.closeFile()
+			if !a.c.Wait {
+				return nil, a.refuse(store.Holder{}, ReasonHeld, "a holder whose lock file was moved or deleted is still stopping its command"), nil
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
 		}
 
 		// Watch before reading: whatever changes after the read wakes us.
@@ -321,7 +340,7 @@ func (a *attempt) lock() (bool, error) {
 
 // take makes the locked file the role: the next fence recorded, the holder's
 // watch set up, then the payload written over whatever a dead holder left.
-func (a *attempt) take() (*Role, error) {
+func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 	fd := a.fd
 	// Nobody else writes this file while we hold the lock: no range lock.
 	data, err := readAll(fd, a.p.lock)
@@ -358,7 +377,7 @@ func (a *attempt) take() (*Role, error) {
 	r := &Role{
 		paths: a.p, fence: fence, ttl: a.c.TTL, now: a.c.Now, pred: pred,
 		clock: clock, term: store.Term{Start: clock(), TTL: a.c.TTL},
-		changes: changes, watch: watch,
+		changes: changes, watch: watch, held: c, unwatch: make(chan struct{}),
 		log:  a.log.With("fence", fence),
 		file: payloadFile{fd: fd, path: a.p.lock, size: len(data)},
 		p: payload{
@@ -380,6 +399,7 @@ func (a *attempt) take() (*Role, error) {
 	if _, err := os.Lstat(a.p.handover); err == nil {
 		changes <- struct{}{}
 	}
+	go r.watchPath()
 	r.log.Debug("took the role", "pid", a.c.PID)
 	return r, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -27,6 +28,8 @@ type Role struct {
 	pred    *store.Holder
 	changes chan struct{}
 	watch   *roleWatch
+	held    *unixsock.Claim // until the release (moved_linux.go)
+	unwatch chan struct{}   // stops watchPath
 
 	mu       sync.Mutex
 	file     payloadFile // its fd holds flock(LOCK_EX) on the lock file
@@ -169,6 +172,8 @@ func (r *Role) Release(ctx context.Context) error {
 			err = fmt.Errorf("resident: release: %w", err)
 		}
 	}
+	close(r.unwatch)
+	r.held.Release() // before the lock: the next holder must not wait on it
 	unix.Flock(r.file.fd, unix.LOCK_UN)
 	unix.Close(r.file.fd)
 	// Only now, and not waited for: closing an inotify instance waits for

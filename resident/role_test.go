@@ -375,7 +375,12 @@ func TestReplacedLockFileLosesTheRole(t *testing.T) {
 			if _, err := r.Renew(context.Background()); !errors.Is(err, store.ErrLost) {
 				t.Fatalf("Renew = %v, want ErrLost", err)
 			}
-			// And the file now at the path is a role anyone may take.
+			// While the lost holder has not released (its command may still
+			// be stopping), nobody takes the role; then anyone may.
+			if r2, ref, err := Acquire(context.Background(), storePath, Claim{}); r2 != nil || err != nil || ref == nil || ref.Reason != ReasonHeld || !strings.Contains(ref.Detail, "moved or deleted") {
+				t.Fatalf("Acquire beside the lost holder = %v, %v, %v; want refused as held", r2, ref, err)
+			}
+			r.Release(context.Background())
 			mustAcquire(t, storePath, Claim{})
 		})
 	}

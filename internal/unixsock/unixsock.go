@@ -16,6 +16,7 @@ package unixsock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -120,4 +121,48 @@ func DialAt(ctx context.Context, network string, dirfd int, dir, name string) (n
 		return nil, fmt.Errorf("unixsock: connect to %s/%s: %w", dir, name, err)
 	}
 	return c, nil
+}
+
+// A Claim is a name in the abstract socket namespace held by one process:
+// it cannot be unlinked, renamed or moved, and the kernel frees it when
+// the process dies, however it dies. fencerun holds one per key or store
+// path for as long as a holder's command tree may run, so a newcomer whose
+// state files were moved or unlinked under a live holder still meets it.
+// Abstract names are per network namespace, and anyone in it may bind one:
+// the caller decides whom to believe by the holder's uid.
+type Claim struct {
+	ln *net.UnixListener
+}
+
+// TakeClaim binds the abstract name name. When someone else holds it, it
+// returns a nil Claim and the holder's uid (-1 when that cannot be told).
+func TakeClaim(name string) (*Claim, int, error) {
+	addr := &net.UnixAddr{Name: "@" + name, Net: "unix"}
+	ln, err := net.ListenUnix("unix", addr)
+	if err == nil {
+		return &Claim{ln: ln}, 0, nil
+	}
+	if !errors.Is(err, unix.EADDRINUSE) {
+		return nil, 0, fmt.Errorf("unixsock: claim %s: %w", name, err)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, -1, nil
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: "@" + name}); err != nil {
+		return nil, -1, nil
+	}
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil {
+		return nil, -1, nil
+	}
+	return nil, int(cred.Uid), nil
+}
+
+// Release gives the name up.
+func (c *Claim) Release() {
+	if c != nil {
+		c.ln.Close()
+	}
 }

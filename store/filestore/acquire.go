@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -75,6 +76,7 @@ type busy struct {
 	holder *store.Holder
 	wait   dir
 	name   string
+	moved  bool // a holder whose files were moved away: poll for its claim
 }
 
 func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
@@ -101,7 +103,17 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 		// holder's live lock when we are at the head of the queue, else
 		// the entry lock of the waiter just ahead. A release, a death and
 		// a departure all drop that lock, and wake us at once.
-		err := waitUnlocked(ctx, b.wait, b.name)
+		var err error
+		if b.moved {
+			// No lock of it is left to sleep on: its claim (an abstract
+			// name) is free when it is gone.
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		} else {
+			err = waitUnlocked(ctx, b.wait, b.name)
+		}
 		if ctx.Err() != nil {
 			a.leave()
 			return nil, nil, fmt.Errorf("filestore: waiting for %q: %w", a.key, context.Cause(ctx))
@@ -179,8 +191,18 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 		return nil, busy{}, fmt.Errorf("filestore: lock %s: %w", a.kd.join(liveFile), err)
 	}
 	if free && len(ahead) == 0 {
-		l, err := a.take(rec, live)
-		return l, busy{}, err
+		c, moved, err := a.s.claim(a.key)
+		if err != nil {
+			unix.Close(live)
+			return nil, busy{}, err
+		}
+		if !moved {
+			l, err := a.take(rec, live, c)
+			return l, busy{}, err
+		}
+		unix.Close(live)
+		a.s.log.Warn("a holder of this key whose key directory was moved or deleted still runs; waiting for it", "key", a.key)
+		return nil, busy{moved: true, holder: &store.Holder{Name: "a holder whose key directory was moved or deleted (its command is being stopped)"}}, nil
 	}
 	unix.Close(live) // and with it the lock, if we got it out of turn
 	b := busy{wait: a.kd, name: liveFile}
@@ -201,9 +223,10 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 
 // take writes the record that makes us the holder, durably, and returns the
 // Lease. live is open and locked; the caller holds the guard.
-func (a *acquirer) take(rec record, live int) (*Lease, error) {
+func (a *acquirer) take(rec record, live int, c *unixsock.Claim) (*Lease, error) {
 	token, err := newToken()
 	if err != nil {
+		c.Release()
 		unix.Close(live)
 		return nil, err
 	}
@@ -211,12 +234,14 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 	// write can miss us.
 	n, err := listenNotify(a.kd, a.kd.fileMode())
 	if err != nil {
+		c.Release()
 		unix.Close(live)
 		return nil, err
 	}
 	fence, err := nextFence(a.kd, rec)
 	if err != nil {
 		n.stop(false)
+		c.Release()
 		unix.Close(live)
 		return nil, err
 	}
@@ -251,6 +276,7 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 	// flushed by ext4 (auto_da_alloc), one onto a new name is not.
 	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{durable: rec.Version == 0}); err != nil {
 		n.stop(false)
+		c.Release()
 		unix.Close(live)
 		return nil, err
 	}
@@ -277,7 +303,10 @@ func (a *acquirer) take(rec record, live int) (*Lease, error) {
 		changes: make(chan struct{}, 1),
 	}
 	l.notify = n
+	l.held = c
+	l.unwatch = make(chan struct{})
 	n.start(l.changes, a.s.log)
+	go l.watchPath(l.unwatch)
 	if pred != nil {
 		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", rec.Fence, "fence", next.Fence)
 	}

@@ -41,9 +41,12 @@ type Options struct {
 // Store keeps leases in files under a state root. See the package comment.
 type Store struct {
 	root string
+	real string // root with its symlinks resolved: names the key's claim
 	log  hclog.Logger
 	now  func() time.Time
 	host string
+
+	access access // the store's kind (access_linux.go)
 
 	mu     sync.RWMutex // guards keys.fd and top.fd against Close
 	top    dir          // the root, open for the life of the Store
@@ -128,7 +131,10 @@ func Open(root string, opts Options) (*Store, error) {
 		rootDir.close()
 		return nil, err
 	}
-	s := &Store{root: root, top: rootDir, keys: keys, now: opts.Now, log: opts.Logger}
+	s := &Store{root: root, real: root, top: rootDir, keys: keys, now: opts.Now, log: opts.Logger, access: a}
+	if real, err := filepath.EvalSymlinks(root); err == nil {
+		s.real = real
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}

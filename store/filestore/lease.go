@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -28,6 +29,8 @@ type Lease struct {
 	pred    *store.Holder
 	changes chan struct{}
 	notify  *notifier
+	held    *unixsock.Claim // until the release (moved_linux.go)
+	unwatch chan struct{}   // stops watchPath
 
 	mu       sync.Mutex // one operation at a time; guards the fields below
 	kd       dir
@@ -175,6 +178,9 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 	if l.released {
 		return store.RequestNone, fmt.Errorf("%w: the lease on %q (fence %d) was released", store.ErrLost, l.key, l.fence)
 	}
+	if err := l.stillThere(); err != nil {
+		return store.RequestNone, err
+	}
 	rec, _, err := readRecord(l.kd)
 	if err := l.owns(rec, err); err != nil {
 		return store.RequestNone, err
@@ -214,6 +220,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.cmdTimer != nil {
 		l.cmdTimer.Stop()
 	}
+	close(l.unwatch)
 	defer func() {
 		l.notify.stop(true)
 		l.kd.close()
@@ -222,6 +229,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err != nil {
 		// Dropping live alone leaves our record to look like a dead
 		// holder's: the next Acquire takes it over.
+		l.held.Release()
 		unix.Close(l.live)
 		return err
 	}
@@ -238,6 +246,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.join(cancelFile), "error", err)
 		}
 	}
+	l.held.Release() // before live: the next holder must not wait on it
 	unix.Close(l.live)
 	unix.Close(g)
 	l.s.log.Debug("released", "key", l.key, "fence", l.fence)

@@ -1,0 +1,120 @@
+package filestore
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/internal/unixsock"
+	"github.com/fencerun/fencerun/store"
+)
+
+// Moved and unlinked state (S9). The kernel lock on live proves a holder
+// alive only while live is the file every newcomer opens. Whoever can write
+// the state tree (its owner, a cleanup script, a member of a group store)
+// can move or delete the key directory, or the whole root, under a running
+// holder, and the next run would then make a fresh key directory, lock a
+// fresh live file and start beside it. Two things close that:
+//
+//   - A holder checks every second (and at every Check) that the key
+//     directory's path, resolved from the root's path afresh, still names
+//     the directory it holds open, and that live in it is the file it
+//     locked. When not, it has lost the lease: Check returns store.ErrLost,
+//     the keeper stops the command and fencerun exits 76.
+//   - A second lock that nothing can unlink: from acquisition until its
+//     release (after its command's tree is gone), a holder holds an abstract
+//     unix socket name derived from the root's real path and the key
+//     (unixsock.Claim). A newcomer that has won live still needs that name;
+//     while a holder whose files were moved away holds it, the newcomer
+//     waits (or, without --wait, is busy), so it never starts its command
+//     beside that holder's tree. A release gives the name up before it
+//     unlocks live, so the next waiter never waits on it.
+//
+// What this does not cover: abstract names are per network namespace, so a
+// newcomer in another one does not meet the claim (the holder still stops
+// within a second); and a name held by a user who is not the store's (who
+// could only squat it) is ignored, never waited for.
+
+// pathCheckEvery is how often a holder checks that its files are still
+// where newcomers look.
+const pathCheckEvery = time.Second
+
+// claimName is the abstract socket name of key's holder in this store.
+func (s *Store) claimName(key string) string {
+	sum := sha256.Sum256([]byte(s.real + "\x00" + key))
+	return "fencerun/holder/" + hex.EncodeToString(sum[:16])
+}
+
+// trusted reports whether uid is one of this store's users (whose claims
+// are believed).
+func (s *Store) trusted(uid int) bool {
+	return uid == os.Geteuid() || uid == 0 || s.access.shared && isMember(uid, s.access.gid)
+}
+
+// claim takes the claim of key. A claim held by one of the store's users
+// is a live holder whose files were moved away: held is true. A claim
+// held by anyone else is ignored (nil, false).
+func (s *Store) claim(key string) (c *unixsock.Claim, held bool, err error) {
+	c, uid, err := unixsock.TakeClaim(s.claimName(key))
+	if err != nil || c != nil {
+		return c, false, err
+	}
+	if uid >= 0 && s.trusted(uid) {
+		return nil, true, nil
+	}
+	s.log.Warn("the holder claim of a key is held by a stranger; ignoring it", "key", key, "uid", uid)
+	return nil, false, nil
+}
+
+// stillThere says, in an error wrapping store.ErrLost, when the key
+// directory's path no longer names the directory open as l.kd, or live in
+// it is no longer the file l holds locked.
+func (l *Lease) stillThere() error {
+	path := filepath.Join(l.s.root, "keys", EncodeKey(l.key))
+	var held, named unix.Stat_t
+	if err := unix.Fstat(l.kd.fd, &held); err != nil {
+		return fmt.Errorf("filestore: stat %s: %w", path, err)
+	}
+	if err := unix.Stat(path, &named); err != nil || named.Dev != held.Dev || named.Ino != held.Ino {
+		return fmt.Errorf("%w: the key directory %s of %q (fence %d) was moved or deleted", store.ErrLost, path, l.key, l.fence)
+	}
+	if err := unix.Fstat(l.live, &held); err != nil {
+		return fmt.Errorf("filestore: stat %s: %w", l.kd.join(liveFile), err)
+	}
+	if err := unix.Fstatat(l.kd.fd, liveFile, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || named.Ino != held.Ino {
+		return fmt.Errorf("%w: the lock file %s of %q (fence %d) was moved or deleted", store.ErrLost, l.kd.join(liveFile), l.key, l.fence)
+	}
+	return nil
+}
+
+// watchPath pokes l.changes once the key's files are moved or deleted,
+// until stop is closed; Check then says the lease is lost.
+func (l *Lease) watchPath(stop <-chan struct{}) {
+	t := time.NewTicker(pathCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		err := error(nil)
+		if !l.released {
+			err = l.stillThere()
+		}
+		l.mu.Unlock()
+		if err != nil {
+			select {
+			case l.changes <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+}
