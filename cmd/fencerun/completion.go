@@ -22,8 +22,6 @@ import (
 	kongcompletion "github.com/jotaen/kong-completion"
 	"github.com/muesli/roff"
 	"github.com/posener/complete"
-
-	"github.com/fencerun/fencerun/supervisor"
 )
 
 // CompletionCmd is `fencerun completion bash|zsh|fish`.
@@ -66,7 +64,7 @@ func (c *CompletionCmd) Run(kctx *kong.Context) error {
 // answerCompletion answers the shell's completion request in COMP_LINE and
 // returns the exit code.
 func answerCompletion(k *kong.Kong, o logOptions) int {
-	code := supervisor.ExitFailed
+	code := exitFailed
 	kongcompletion.Register(k,
 		kongcompletion.WithPredictor("key", complete.PredictFunc(existingKeys)),
 		kongcompletion.WithExitFunc(func(c int) { code = c }),
