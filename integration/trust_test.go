@@ -3,6 +3,7 @@ package integration
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
@@ -440,4 +441,48 @@ func TestResidentLockUnlinkedNoOverlap(t *testing.T) {
 		t.Fatal("the standby's command never ran")
 	}
 	t.Logf("resident exited %v after its lock file was removed (2s of it the grace of a command ignoring TERM)", took)
+}
+
+// S9: a next holder that cannot stop a dead holder's leftovers (another
+// member's processes in a group store, without a cgroup to kill them by)
+// never starts beside them: it exits 125 naming their pid and uid.
+func TestLeftoversOfAnotherMemberAreNotStartedBeside(t *testing.T) {
+	group, _ := addGroup(t)
+	alice, bob := addUser(t, group), addUser(t, group)
+	t.Parallel()
+	base := sharedDir(t)
+	storeDir := filepath.Join(base, "store")
+	if code, out := runAs(t, nil, base, "init", "--group", group, storeDir); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, out)
+	}
+	work := filepath.Join(base, "w")
+	os.Mkdir(work, 0o777)
+	os.Chmod(work, 0o777)
+
+	holder := alice.as(exec.Command(bin, "--dir", storeDir, "run", "--key", "k", "--cgroup", "off", "--",
+		"sh", "-c", `sleep 1000 & echo $! > pids.tmp && mv pids.tmp pids; wait`))
+	holder.Dir = work
+	holder.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	left := readPids(filepath.Join(work, "pids"))
+	for len(left) == 0 {
+		waitFile(t, filepath.Join(work, "pids"))
+		left = readPids(filepath.Join(work, "pids"))
+	}
+	t.Cleanup(func() { syscall.Kill(left[0], syscall.SIGKILL) })
+	holder.Process.Kill()
+	holder.Wait()
+
+	code, out := runAs(t, &bob, work, "--dir", storeDir, "run", "--key", "k", "--cgroup", "off", "--", "touch", "bob-ran")
+	if code != 125 || !strings.Contains(out, fmt.Sprintf("pid %d (uid %d)", left[0], alice.uid)) {
+		t.Errorf("bob beside alice's leftover pid %d: exit %d: %s", left[0], code, out)
+	}
+	if _, err := os.Stat(filepath.Join(work, "bob-ran")); err == nil {
+		t.Error("bob's command ran beside alice's leftovers")
+	}
+	if !alive(left[0]) {
+		t.Errorf("alice's leftover pid %d is gone; the test did not test anything", left[0])
+	}
 }

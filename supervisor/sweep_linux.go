@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -349,7 +352,7 @@ func (s *sweep) runProcs(timer fence.Timer) error {
 	}
 	var errs []error
 	for k, err := range unkillable {
-		errs = append(errs, fmt.Errorf("supervisor: cannot stop pid %d: %w", k.pid, err))
+		errs = append(errs, fmt.Errorf("supervisor: cannot stop pid %d (uid %s): %w", k.pid, procUID(k.pid), err))
 	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
@@ -394,4 +397,22 @@ func drain(fd int) {
 			return
 		}
 	}
+}
+
+// procUID is the real uid of pid as /proc shows it, for messages: a
+// leftover this process may not signal is another user's, and whoever
+// reads the message must know whose.
+func procUID(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				return f[0]
+			}
+		}
+	}
+	return "unknown"
 }
