@@ -1,4 +1,4 @@
-package fence
+package fence_test
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/fence/fencetest"
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -76,22 +79,9 @@ func (l *testLease) Check(context.Context) (store.Request, error) {
 }
 func (l *testLease) Tick(_ context.Context, t time.Time) error { l.ticks <- t; return nil }
 
-const guard = 10 * time.Second // failure guard only; nothing waits for it to pass
-
-func recv[T any](t *testing.T, c <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(guard):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 type run struct {
-	k    *Keeper
-	clk  *FakeClock
+	k    *fence.Keeper
+	clk  *fencetest.FakeClock
 	l    *testLease
 	done chan error
 }
@@ -103,14 +93,14 @@ func startKeeper(t *testing.T, ttl, grace time.Duration) *run {
 
 func startKeeperOn(t *testing.T, l *testLease, ttl, grace time.Duration) *run {
 	t.Helper()
-	clk := NewFakeClock(time.Hour)
+	clk := fencetest.NewFakeClock(time.Hour)
 	if l.term == (store.Term{}) {
 		l.term = store.Term{Start: clk.Now(), TTL: ttl}
 	}
 	if l.granted == 0 {
 		l.granted = ttl
 	}
-	k, err := New(Config{Lease: l, TTL: ttl, Grace: grace, Clock: clk})
+	k, err := fence.New(fence.Config{Lease: l, TTL: ttl, Grace: grace, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,12 +111,12 @@ func startKeeperOn(t *testing.T, l *testLease, ttl, grace time.Duration) *run {
 	return r
 }
 
-func (r *run) end(t *testing.T) *EndError {
+func (r *run) end(t *testing.T) *fence.EndError {
 	t.Helper()
-	err := recv(t, r.done, "the keeper to end")
-	var e *EndError
+	err := testsupport.Recv(t, r.done, "the keeper to end")
+	var e *fence.EndError
 	if !errors.As(err, &e) {
-		t.Fatalf("Run returned %v, want *EndError", err)
+		t.Fatalf("Run returned %v, want *fence.EndError", err)
 	}
 	return e
 }
@@ -142,12 +132,12 @@ func TestNewValidatesTiming(t *testing.T) {
 		{30 * time.Second, -time.Second, false},
 		{30 * time.Second, time.Hour, true},
 	} {
-		_, err := New(Config{Lease: newTestLease(), TTL: tc.ttl, Grace: tc.grace, Clock: NewFakeClock(0)})
+		_, err := fence.New(fence.Config{Lease: newTestLease(), TTL: tc.ttl, Grace: tc.grace, Clock: fencetest.NewFakeClock(0)})
 		if (err == nil) != tc.ok {
 			t.Errorf("New(ttl=%v, grace=%v) = %v, want ok=%v", tc.ttl, tc.grace, err, tc.ok)
 		}
 	}
-	if _, err := New(Config{TTL: time.Second}); err == nil {
+	if _, err := fence.New(fence.Config{TTL: time.Second}); err == nil {
 		t.Error("New without a lease succeeded")
 	}
 }
@@ -156,17 +146,17 @@ func TestRenewsEveryThirdOfTTLFromWhenSent(t *testing.T) {
 	r := startKeeper(t, 3*time.Second, 0)
 	for i := range 3 {
 		r.clk.Advance(time.Second)
-		recv(t, r.l.renews, fmt.Sprintf("renewal %d", i))
+		testsupport.Recv(t, r.l.renews, fmt.Sprintf("renewal %d", i))
 		r.l.renewErr <- nil
 	}
 	// An answer that takes 900ms: the next renewal is still due one TTL/3
 	// after this one was sent, so 100ms after the answer.
 	r.clk.Advance(time.Second)
-	recv(t, r.l.renews, "slow renewal")
+	testsupport.Recv(t, r.l.renews, "slow renewal")
 	r.clk.Advance(900 * time.Millisecond)
 	r.l.renewErr <- nil
 	r.clk.Advance(100 * time.Millisecond)
-	recv(t, r.l.renews, "renewal one TTL/3 after the slow one was sent")
+	testsupport.Recv(t, r.l.renews, "renewal one TTL/3 after the slow one was sent")
 	r.l.renewErr <- nil
 	select {
 	case err := <-r.done:
@@ -174,7 +164,7 @@ func TestRenewsEveryThirdOfTTLFromWhenSent(t *testing.T) {
 	default:
 	}
 	r.k.Interrupt()
-	if err := recv(t, r.done, "Run to return after Interrupt"); err != nil {
+	if err := testsupport.Recv(t, r.done, "Run to return after Interrupt"); err != nil {
 		t.Fatalf("Run after Interrupt = %v, want nil", err)
 	}
 }
@@ -184,17 +174,17 @@ func TestFailingRenewalsGiveUpBeforeExpiry(t *testing.T) {
 	r := startKeeper(t, ttl, grace)
 	start := r.clk.Now()
 	r.clk.Advance(time.Second)
-	recv(t, r.l.renews, "first renewal")
+	testsupport.Recv(t, r.l.renews, "first renewal")
 	r.l.renewErr <- errors.New("disk on fire")
 	// Retries follow every TTL/10 while time is left.
 	r.clk.Advance(300 * time.Millisecond)
-	recv(t, r.l.renews, "retry")
+	testsupport.Recv(t, r.l.renews, "retry")
 	r.l.renewErr <- errors.New("disk on fire")
 	// Reserve: grace bounded by TTL/3 (1s) plus margin (300ms): the keeper
 	// gives up at expiry-1.3s = start+1.7s, not before. At +1.6s it still
 	// retries.
 	r.clk.Advance(300 * time.Millisecond)
-	recv(t, r.l.renews, "a retry before the give-up instant")
+	testsupport.Recv(t, r.l.renews, "a retry before the give-up instant")
 	r.l.renewErr <- errors.New("disk on fire")
 	r.clk.WaitArmed(start + 1700*time.Millisecond)
 	select {
@@ -204,7 +194,7 @@ func TestFailingRenewalsGiveUpBeforeExpiry(t *testing.T) {
 	}
 	r.clk.Advance(100 * time.Millisecond)
 	e := r.end(t)
-	if e.Reason != Lost {
+	if e.Reason != fence.Lost {
 		t.Fatalf("reason %v, want lost", e.Reason)
 	}
 	if want := start + ttl - 300*time.Millisecond; e.StopBy != want {
@@ -215,10 +205,10 @@ func TestFailingRenewalsGiveUpBeforeExpiry(t *testing.T) {
 func TestHungStoreStillGivesUp(t *testing.T) {
 	r := startKeeper(t, 3*time.Second, 0)
 	r.clk.Advance(time.Second)
-	recv(t, r.l.renews, "renewal")
+	testsupport.Recv(t, r.l.renews, "renewal")
 	// Never answered: the store hangs.
 	r.clk.Advance(2 * time.Second)
-	if e := r.end(t); e.Reason != Lost {
+	if e := r.end(t); e.Reason != fence.Lost {
 		t.Fatalf("reason %v, want lost", e.Reason)
 	}
 }
@@ -228,7 +218,7 @@ func TestSuspendPastExpiryIsLostAtOnce(t *testing.T) {
 	start := r.clk.Now()
 	r.clk.Advance(time.Hour) // a laptop lid closed for an hour
 	e := r.end(t)
-	if e.Reason != Lost {
+	if e.Reason != fence.Lost {
 		t.Fatalf("reason %v, want lost", e.Reason)
 	}
 	if e.StopBy >= r.clk.Now() {
@@ -239,10 +229,10 @@ func TestSuspendPastExpiryIsLostAtOnce(t *testing.T) {
 func TestRenewalLostEndsAtOnce(t *testing.T) {
 	r := startKeeper(t, 3*time.Second, 0)
 	r.clk.Advance(time.Second)
-	recv(t, r.l.renews, "renewal")
+	testsupport.Recv(t, r.l.renews, "renewal")
 	r.l.renewErr <- fmt.Errorf("version 3, want 2: %w", store.ErrLost)
 	e := r.end(t)
-	if e.Reason != Lost || !errors.Is(e, store.ErrLost) {
+	if e.Reason != fence.Lost || !errors.Is(e, store.ErrLost) {
 		t.Fatalf("got %v, want lost wrapping store.ErrLost", e)
 	}
 }
@@ -252,7 +242,7 @@ func TestChangesAreCheckedAtOnce(t *testing.T) {
 	r.l.check <- checkAnswer{err: store.ErrLost}
 	r.l.changes <- struct{}{}
 	// No clock movement: the change alone wakes the keeper.
-	if e := r.end(t); e.Reason != Lost {
+	if e := r.end(t); e.Reason != fence.Lost {
 		t.Fatalf("reason %v, want lost", e.Reason)
 	}
 }
@@ -260,26 +250,26 @@ func TestChangesAreCheckedAtOnce(t *testing.T) {
 func TestRequestsArePassedOnWhileTheLeaseIsKept(t *testing.T) {
 	for _, tc := range []struct {
 		req  store.Request
-		want Reason
+		want fence.Reason
 	}{
-		{store.RequestCancel, Cancelled},
-		{store.RequestHandover, Handover},
+		{store.RequestCancel, fence.Cancelled},
+		{store.RequestHandover, fence.Handover},
 	} {
 		t.Run(tc.want.String(), func(t *testing.T) {
 			r := startKeeper(t, 3*time.Second, 0)
 			r.l.check <- checkAnswer{req: tc.req}
 			r.l.changes <- struct{}{}
-			if got := recv(t, r.k.Requests(), "the request"); got != tc.want {
+			if got := testsupport.Recv(t, r.k.Requests(), "the request"); got != tc.want {
 				t.Fatalf("request %v, want %v", got, tc.want)
 			}
 			// The command is being stopped: the lease must still be renewed,
 			// and a revocation meanwhile still seen.
 			r.clk.Advance(time.Second)
-			recv(t, r.l.renews, "a renewal after the request")
+			testsupport.Recv(t, r.l.renews, "a renewal after the request")
 			r.l.renewErr <- nil
 			r.l.check <- checkAnswer{err: store.ErrLost}
 			r.l.changes <- struct{}{}
-			if e := r.end(t); e.Reason != Lost {
+			if e := r.end(t); e.Reason != fence.Lost {
 				t.Fatalf("reason %v, want lost", e.Reason)
 			}
 		})
@@ -292,13 +282,13 @@ func TestFailingChecksDoNotStarveRenewals(t *testing.T) {
 	r := startKeeperOn(t, l, 3*time.Second, 0)
 	l.changes <- struct{}{}
 	r.clk.Advance(time.Second)
-	recv(t, r.l.renews, "a renewal while checks fail")
+	testsupport.Recv(t, r.l.renews, "a renewal while checks fail")
 	r.l.renewErr <- nil
 	if n := l.checks.Load(); n > 3 {
 		t.Errorf("%d checks within one TTL/3 of failing checks: retried in a loop", n)
 	}
 	r.k.Interrupt()
-	if err := recv(t, r.done, "Run to return"); err != nil {
+	if err := testsupport.Recv(t, r.done, "Run to return"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -309,10 +299,10 @@ func TestChangeWithNothingAskedKeepsGoing(t *testing.T) {
 	r.l.changes <- struct{}{}
 	// The keeper must still renew after an uneventful check.
 	r.clk.Advance(time.Second)
-	recv(t, r.l.renews, "renewal after an uneventful check")
+	testsupport.Recv(t, r.l.renews, "renewal after an uneventful check")
 	r.l.renewErr <- nil
 	r.k.Interrupt()
-	if err := recv(t, r.done, "Run to return"); err != nil {
+	if err := testsupport.Recv(t, r.done, "Run to return"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -321,20 +311,20 @@ func TestTicksAreWrittenAndReleaseWaitsForRun(t *testing.T) {
 	r := startKeeper(t, 30*time.Second, 0)
 	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	r.k.Tick(at)
-	if got := recv(t, r.l.ticks, "tick written"); !got.Equal(at) {
+	if got := testsupport.Recv(t, r.l.ticks, "tick written"); !got.Equal(at) {
 		t.Fatalf("tick %v, want %v", got, at)
 	}
 	r.k.Interrupt()
-	recv(t, r.done, "Run to return")
+	testsupport.Recv(t, r.done, "Run to return")
 	if err := r.k.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, r.l.released, "lease released")
+	testsupport.Recv(t, r.l.released, "lease released")
 }
 
 func TestWatchdog(t *testing.T) {
-	clk := NewFakeClock(time.Minute)
-	w, err := NewWatchdog(5*time.Second, clk)
+	clk := fencetest.NewFakeClock(time.Minute)
+	w, err := fence.NewWatchdog(5*time.Second, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,27 +343,27 @@ func TestWatchdog(t *testing.T) {
 	default:
 	}
 	clk.Advance(time.Second)
-	err = recv(t, done, "watchdog to fire")
-	var e *EndError
-	if !errors.As(err, &e) || e.Reason != Stuck {
+	err = testsupport.Recv(t, done, "watchdog to fire")
+	var e *fence.EndError
+	if !errors.As(err, &e) || e.Reason != fence.Stuck {
 		t.Fatalf("got %v, want stuck", err)
 	}
-	if _, err := NewWatchdog(0, clk); err == nil {
+	if _, err := fence.NewWatchdog(0, clk); err == nil {
 		t.Error("NewWatchdog(0) succeeded")
 	}
 }
 
 func TestBootTimerFires(t *testing.T) {
-	var c BootClock
+	var c fence.BootClock
 	tm, err := c.NewTimer()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tm.Close()
 	tm.Set(c.Now() - time.Second) // in the past: fires at once
-	recv(t, tm.C(), "a timer set in the past")
+	testsupport.Recv(t, tm.C(), "a timer set in the past")
 	tm.Set(c.Now() + 20*time.Millisecond)
-	recv(t, tm.C(), "a timer set 20ms ahead")
+	testsupport.Recv(t, tm.C(), "a timer set 20ms ahead")
 	if c.Now() <= 0 {
 		t.Error("CLOCK_BOOTTIME reads zero")
 	}
@@ -382,17 +372,17 @@ func TestBootTimerFires(t *testing.T) {
 // The keeper's clock starts from the lease's Term, not from New: a first
 // write that took 300ms (a slow fsync) must not give the command 300ms
 // past the expiry the record shows. Before the Term, StopBy was counted
-// from New and came 300ms late.
+// from fence.New and came 300ms late.
 func TestSlowFirstWriteCountsFromBeforeTheWrite(t *testing.T) {
 	const ttl = 3 * time.Second
 	l := newTestLease()
-	acquired := time.Hour - 300*time.Millisecond // the write began 300ms before New
+	acquired := time.Hour - 300*time.Millisecond // the write began 300ms before fence.New
 	l.term = store.Term{Start: acquired, TTL: ttl}
 	r := startKeeperOn(t, l, ttl, 0)
 	// The first renewal is due a third of the TTL after the write began.
 	r.clk.WaitArmed(acquired + ttl/3)
 	r.clk.Advance(ttl/3 - 300*time.Millisecond)
-	recv(t, r.l.renews, "first renewal, one TTL/3 after the acquisition's write began")
+	testsupport.Recv(t, r.l.renews, "first renewal, one TTL/3 after the acquisition's write began")
 	r.l.renewErr <- errors.New("store unreachable")
 	r.clk.Advance(ttl) // every retry fails or hangs
 	e := r.end(t)
@@ -410,11 +400,11 @@ func TestRenewalGrantsTheReturnedTTL(t *testing.T) {
 	r := startKeeperOn(t, l, ttl, 0)
 	start := r.clk.Now()
 	r.clk.Advance(time.Second)
-	recv(t, r.l.renews, "first renewal")
+	testsupport.Recv(t, r.l.renews, "first renewal")
 	r.l.renewErr <- nil // valid until +1s+2s, next renewal due at +1s+2s/3
 	r.clk.WaitArmed(start + time.Second + 2*time.Second/3)
 	r.clk.Advance(2 * time.Second / 3)
-	recv(t, r.l.renews, "second renewal, a third of the granted TTL later")
+	testsupport.Recv(t, r.l.renews, "second renewal, a third of the granted TTL later")
 	// Never answered: lost by the end of the granted term less reserve.
 	r.clk.Advance(2*time.Second - 2*time.Second/3)
 	e := r.end(t)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/internal/unixsock"
 )
 
@@ -34,15 +35,15 @@ func TestTickTakenOnlyFromTheCommandsTree(t *testing.T) {
 	}, func(at time.Time) { ticked <- at })
 	defer s.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
 	defer cancel()
 	if err := SendTick(ctx, s.Addr()); err != nil {
 		t.Fatalf("tick from an owned process: %v", err)
 	}
-	if pid := recv(t, seen, "peer pid"); pid != os.Getpid() {
+	if pid := testsupport.Recv(t, seen, "peer pid"); pid != os.Getpid() {
 		t.Errorf("peer pid %d, want %d (SO_PEERCRED of the caller)", pid, os.Getpid())
 	}
-	recv(t, ticked, "the tick")
+	testsupport.Recv(t, ticked, "the tick")
 
 	<-owned
 	owned <- false
@@ -114,13 +115,13 @@ func TestIdleStrangersDoNotStarveTheTree(t *testing.T) {
 	if n < 4*maxCallers {
 		t.Fatalf("the helper opened only %d connections", n)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
 	defer cancel()
 	for i := range 3 {
 		if err := SendTick(ctx, s.Addr()); err != nil {
 			t.Fatalf("tick %d with %d idle strangers connected: %v", i, n, err)
 		}
-		recv(t, ticked, "the tick")
+		testsupport.Recv(t, ticked, "the tick")
 	}
 }
 
@@ -160,12 +161,12 @@ func TestTickSocketInADeepDirectory(t *testing.T) {
 	}
 	ticked := make(chan time.Time, 1)
 	go s.Serve(func(int) bool { return true }, func(at time.Time) { ticked <- at })
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
 	defer cancel()
 	if err := SendTick(ctx, s.Addr()); err != nil {
 		t.Fatalf("tick over a %d-byte path: %v", len(s.Addr()), err)
 	}
-	recv(t, ticked, "the tick")
+	testsupport.Recv(t, ticked, "the tick")
 	s.Close()
 	if _, err := os.Lstat(s.Addr()); !os.IsNotExist(err) {
 		t.Errorf("socket left behind: %v", err)

@@ -10,29 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/fence/fencetest"
 	"github.com/fencerun/fencerun/fenced"
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
 
-const guard = 10 * time.Second // failure guard only; nothing waits for it to pass
-
-func recv[T any](t *testing.T, c <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(guard):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // fakeLease is a store.Lease whose Check answers the test scripts; its
 // renewals always succeed.
 type fakeLease struct {
-	clock    *fence.FakeClock
+	clock    *fencetest.FakeClock
 	ttl      time.Duration
 	pred     *store.Holder
 	changes  chan struct{}
@@ -45,7 +33,7 @@ type fakeLease struct {
 	gone     atomic.Bool   // what procGone said
 }
 
-func newFakeLease(clock *fence.FakeClock, ttl time.Duration) *fakeLease {
+func newFakeLease(clock *fencetest.FakeClock, ttl time.Duration) *fakeLease {
 	return &fakeLease{clock: clock, ttl: ttl, changes: make(chan struct{}, 1),
 		checks: make(chan error, 1), ticks: make(chan time.Time, 16), pids: make(chan int, 1), released: make(chan struct{})}
 }
@@ -116,7 +104,7 @@ func (p *fakeProc) Wait() supervisor.Status {
 // harness is one fenced.Run with fakes all round, run in the background.
 type harness struct {
 	cfg     fenced.Config
-	clock   *fence.FakeClock
+	clock   *fencetest.FakeClock
 	lease   *fakeLease
 	proc    *fakeProc
 	signals chan os.Signal
@@ -131,7 +119,7 @@ const (
 )
 
 func newHarness() *harness {
-	clock := fence.NewFakeClock(epoch)
+	clock := fencetest.NewFakeClock(epoch)
 	h := &harness{clock: clock, lease: newFakeLease(clock, ttl), proc: newFakeProc(),
 		signals: make(chan os.Signal, 8), started: make(chan struct{}), out: make(chan fenced.Outcome, 1)}
 	h.lease.procGone = h.proc.exited.Load
@@ -164,7 +152,7 @@ func (h *harness) run() *harness {
 // the command's tree was gone if it started.
 func (h *harness) outcome(t *testing.T) fenced.Outcome {
 	t.Helper()
-	o := recv(t, h.out, "the run to end")
+	o := testsupport.Recv(t, h.out, "the run to end")
 	select {
 	case <-h.lease.released:
 	default:
@@ -191,7 +179,7 @@ func (h *harness) notStarted(t *testing.T) {
 
 func TestExitedByItself(t *testing.T) {
 	h := newHarness().run()
-	recv(t, h.started, "the start")
+	testsupport.Recv(t, h.started, "the start")
 	h.proc.exit <- supervisor.Status{Code: 3}
 	o := h.outcome(t)
 	if o.End != fenced.Exited || o.Status.Code != 3 {
@@ -206,16 +194,16 @@ func TestFenceBreaksDuringCancelGrace(t *testing.T) {
 	const ttl = 3 * time.Second
 	h := newHarness().withTTL(ttl)
 	h.run()
-	recv(t, h.started, "the start")
+	testsupport.Recv(t, h.started, "the start")
 	h.lease.change(nil) // a cancel request
-	if g := recv(t, h.proc.stops, "the cancel's stop"); g != grace {
+	if g := testsupport.Recv(t, h.proc.stops, "the cancel's stop"); g != grace {
 		t.Fatalf("cancel stopped with grace %v, want the full %v", g, grace)
 	}
 	h.lease.change(fmt.Errorf("revoked: %w", store.ErrLost))
 	// The keeper gives a StopBy of the lease's expiry less its margin,
 	// min(TTL/10, 500ms); the clock has not moved since the acquisition.
 	want := ttl - min(ttl/10, 500*time.Millisecond)
-	if g := recv(t, h.proc.stops, "the broken fence's stop"); g != want {
+	if g := testsupport.Recv(t, h.proc.stops, "the broken fence's stop"); g != want {
 		t.Fatalf("broken fence stopped with grace %v, want %v (dead before expiry)", g, want)
 	}
 	h.proc.exit <- supervisor.Status{Signal: syscall.SIGTERM}
@@ -234,10 +222,10 @@ func TestSignalWhileAcquiring(t *testing.T) {
 		return nil, context.Cause(ctx)
 	}
 	h.run()
-	recv(t, waiting, "the wait")
+	testsupport.Recv(t, waiting, "the wait")
 	h.signals <- syscall.SIGWINCH // a resized terminal ends nothing
 	h.signals <- syscall.SIGINT
-	o := recv(t, h.out, "the run to end")
+	o := testsupport.Recv(t, h.out, "the run to end")
 	if o.End != fenced.Interrupted || o.Signal != syscall.SIGINT {
 		t.Fatalf("outcome = %+v, want Interrupted by SIGINT", o)
 	}
@@ -259,7 +247,7 @@ func TestSignalBeforeStart(t *testing.T) {
 		return false, nil
 	}
 	h.run()
-	if m := recv(t, stopping, "the leftovers' stop"); m != "FENCERUN_TICK=@old" {
+	if m := testsupport.Recv(t, stopping, "the leftovers' stop"); m != "FENCERUN_TICK=@old" {
 		t.Fatalf("stopped leftovers of %q, want the predecessor's marker", m)
 	}
 	h.signals <- syscall.SIGTERM
@@ -277,9 +265,9 @@ func TestSignalBeforeStart(t *testing.T) {
 // Once the command runs, signals are forwarded to it and it decides.
 func TestSignalsForwarded(t *testing.T) {
 	h := newHarness().run()
-	recv(t, h.started, "the start")
+	testsupport.Recv(t, h.started, "the start")
 	h.signals <- syscall.SIGUSR1
-	if s := recv(t, h.proc.sigs, "the forwarded signal"); s != syscall.SIGUSR1 {
+	if s := testsupport.Recv(t, h.proc.sigs, "the forwarded signal"); s != syscall.SIGUSR1 {
 		t.Fatalf("forwarded %v, want SIGUSR1", s)
 	}
 	h.proc.exit <- supervisor.Status{Code: 0}
@@ -293,10 +281,10 @@ func TestTimeout(t *testing.T) {
 	h := newHarness()
 	h.cfg.Timeout = 5 * time.Second
 	h.run()
-	recv(t, h.started, "the start")
+	testsupport.Recv(t, h.started, "the start")
 	h.clock.WaitArmed(epoch + 5*time.Second)
 	h.clock.Advance(5 * time.Second)
-	if g := recv(t, h.proc.stops, "the timeout's stop"); g != grace {
+	if g := testsupport.Recv(t, h.proc.stops, "the timeout's stop"); g != grace {
 		t.Fatalf("timeout stopped with grace %v, want %v", g, grace)
 	}
 	h.proc.exit <- supervisor.Status{Signal: syscall.SIGTERM}
@@ -311,10 +299,10 @@ func TestTimeoutDuringStop(t *testing.T) {
 	h := newHarness()
 	h.cfg.Timeout = 5 * time.Second
 	h.run()
-	recv(t, h.started, "the start")
+	testsupport.Recv(t, h.started, "the start")
 	h.clock.WaitArmed(epoch + 5*time.Second) // the timeout is counting
 	h.lease.change(nil)
-	recv(t, h.proc.stops, "the cancel's stop")
+	testsupport.Recv(t, h.proc.stops, "the cancel's stop")
 	h.clock.Advance(5 * time.Second)
 	h.proc.exit <- supervisor.Status{Signal: syscall.SIGTERM}
 	if o := h.outcome(t); o.End != fenced.Cancelled {
@@ -334,13 +322,13 @@ func TestFenceBreaksDuringTimeoutStop(t *testing.T) {
 	h := newHarness().withTTL(ttl)
 	h.cfg.Timeout = timeout
 	h.run()
-	recv(t, h.started, "the start")
+	testsupport.Recv(t, h.started, "the start")
 	h.clock.WaitArmed(epoch + timeout)
 	h.clock.Advance(timeout)
-	recv(t, h.proc.stops, "the timeout's stop")
+	testsupport.Recv(t, h.proc.stops, "the timeout's stop")
 	h.lease.change(store.ErrLost)
 	want := ttl - min(ttl/10, 500*time.Millisecond) - timeout
-	if g := recv(t, h.proc.stops, "the broken fence's stop"); g != want {
+	if g := testsupport.Recv(t, h.proc.stops, "the broken fence's stop"); g != want {
 		t.Fatalf("broken fence stopped with grace %v, want %v (dead before expiry)", g, want)
 	}
 	h.proc.exit <- supervisor.Status{Signal: syscall.SIGKILL}
@@ -365,7 +353,7 @@ func TestNotAcquired(t *testing.T) {
 	h.cfg.Acquire = func(context.Context) (store.Lease, error) {
 		return nil, fenced.NotAcquiredf("key k is busy")
 	}
-	got := recv(t, h.run().out, "the run to end")
+	got := testsupport.Recv(t, h.run().out, "the run to end")
 	if got.End != fenced.NotAcquired || got.Err.Error() != "key k is busy" {
 		t.Fatalf("outcome = %+v, want NotAcquired saying only why", got)
 	}
@@ -398,10 +386,10 @@ func TestTicksAndStuck(t *testing.T) {
 	srv := &fakeTicks{closed: make(chan struct{}), serving: make(chan func(int) bool, 1), onTick: make(chan func(time.Time), 1)}
 	h.cfg.Ticks = srv
 	h.run()
-	recv(t, h.started, "the start")
-	owns := recv(t, srv.serving, "the tick server")
-	tick := recv(t, srv.onTick, "the tick callback")
-	if pid := recv(t, h.lease.pids, "the command's pid for status"); pid != 4242 {
+	testsupport.Recv(t, h.started, "the start")
+	owns := testsupport.Recv(t, srv.serving, "the tick server")
+	tick := testsupport.Recv(t, srv.onTick, "the tick callback")
+	if pid := testsupport.Recv(t, h.lease.pids, "the command's pid for status"); pid != 4242 {
 		t.Fatalf("recorded command pid %d, want 4242", pid)
 	}
 	if owns(1) || !owns(4242) {
@@ -409,12 +397,12 @@ func TestTicksAndStuck(t *testing.T) {
 	}
 	at := time.Unix(1700000000, 0)
 	tick(at)
-	if got := recv(t, h.lease.ticks, "the stamped tick"); !got.Equal(at) {
+	if got := testsupport.Recv(t, h.lease.ticks, "the stamped tick"); !got.Equal(at) {
 		t.Fatalf("stamped %v, want %v", got, at)
 	}
 	h.clock.WaitArmed(epoch + 2*time.Second)
 	h.clock.Advance(2 * time.Second)
-	recv(t, h.proc.stops, "the watchdog's stop")
+	testsupport.Recv(t, h.proc.stops, "the watchdog's stop")
 	select {
 	case <-srv.closed:
 		t.Fatal("the tick server closed while the command was still stopping")
@@ -424,7 +412,7 @@ func TestTicksAndStuck(t *testing.T) {
 	if o := h.outcome(t); o.End != fenced.Stuck {
 		t.Fatalf("outcome = %+v, want Stuck", o)
 	}
-	recv(t, srv.closed, "the tick server's close")
+	testsupport.Recv(t, srv.closed, "the tick server's close")
 }
 
 type fakeTicks struct {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/fence/fencetest"
 )
 
 // hierarchy returns the writable cgroup v2 hierarchy the tests run in, or
@@ -91,7 +91,7 @@ func TestGraceOnInjectedClock(t *testing.T) {
 			if contained {
 				cfg.Cgroup = hierarchy(t).NewPath()
 			}
-			clock := fence.NewFakeClock(time.Hour)
+			clock := fencetest.NewFakeClock(time.Hour)
 			cfg.Clock = clock
 			p, err := Start(cfg)
 			if err != nil {

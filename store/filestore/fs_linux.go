@@ -43,10 +43,10 @@ const maxFileSize = 64 << 10
 // skip such names and Prune removes the strays of crashed writers.
 const tempPrefix = ".tmp-"
 
-// crashHook is the environment variable that makes writeAtomic SIGKILL its
-// own process right before the rename, so that tests can crash a real
-// writer between the temporary file and the rename.
-const crashHook = "FENCERUN_TEST_CRASH_BEFORE_RENAME"
+// beforeRename, when set, runs in writeAtomic between the temporary file's
+// write and its rename. Nothing in the product sets it; a test's helper
+// process sets it to crash a real writer at that very point.
+var beforeRename func()
 
 // openDir opens (and with create, first makes) the directory name in
 // parent. It refuses a symlink (ErrUnsafe), a non-directory (ErrCorrupt) and
@@ -324,9 +324,8 @@ func writeAtomic(d dir, name string, data []byte, o writeOpts) (fd int, err erro
 			return fail("fsync", err)
 		}
 	}
-	if os.Getenv(crashHook) == "1" {
-		unix.Kill(unix.Getpid(), unix.SIGKILL)
-		select {} // SIGKILL cannot be caught; never reach the rename.
+	if beforeRename != nil {
+		beforeRename()
 	}
 	var flags uint
 	if o.noReplace {

@@ -30,6 +30,10 @@ const (
 	helperKey    = "FILESTORE_TEST_KEY"
 	helperMarker = "FILESTORE_TEST_MARKER"
 	helperWait   = "FILESTORE_TEST_WAIT"
+	// crashHook makes the helper SIGKILL itself in its first write, right
+	// before the rename, so that tests can crash a real writer between the
+	// temporary file and the rename.
+	crashHook = "FILESTORE_TEST_CRASH_BEFORE_RENAME"
 )
 
 func TestMain(m *testing.M) {
@@ -42,6 +46,12 @@ func TestMain(m *testing.M) {
 // runHelper runs one helper mode. It says what happened on stdout, one
 // line at a time: "acquired FENCE", "busy", "released", "error MESSAGE".
 func runHelper(mode string) int {
+	if os.Getenv(crashHook) == "1" {
+		beforeRename = func() {
+			unix.Kill(unix.Getpid(), unix.SIGKILL)
+			select {} // SIGKILL cannot be caught; never reach the rename.
+		}
+	}
 	s, err := Open(os.Getenv(helperRoot), Options{})
 	if err != nil {
 		fmt.Println("error", err)
