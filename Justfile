@@ -5,9 +5,11 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 
 version := `git describe --tags --always --dirty 2>/dev/null || echo devel`
 
-# Build ./bin/fencerun, stamped with the version.
+# Build ./bin/fencerun and ./bin/fencerun-etcd (the etcd backend, which
+# fencerun execs for --etcd), stamped with the version.
 build:
     CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version={{version}}" -o bin/fencerun ./cmd/fencerun
+    CGO_ENABLED=0 go build -trimpath -tags fencerun_etcd -ldflags "-X main.version={{version}}" -o bin/fencerun-etcd ./cmd/fencerun
 
 # The manual page, docs/fencerun.1, from the command model (a test fails when it is stale).
 man:

@@ -232,6 +232,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		return &EndError{Reason: Lost, StopBy: expiry - k.margin(), Err: err}
 	}
 
+	k.log.Trace("keeping the lease", "fence", k.lease.Fence(), "valid_until_boottime_ns", int64(expiry))
 	for {
 		now := k.clock.Now()
 		if now >= expiry-k.reserve() {
@@ -302,7 +303,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 				term := renewed(r, k.clock.Now())
 				expiry = term.End()
 				nextRenew = term.Start + term.TTL/3
-				k.log.Trace("renewed", "fence", k.lease.Fence())
+				k.log.Trace("renewed", "fence", k.lease.Fence(), "valid_until_boottime_ns", int64(expiry))
 			case "check":
 				reason := map[store.Request]Reason{store.RequestCancel: Cancelled, store.RequestHandover: Handover}[r.req]
 				if reason != 0 && !asked {

@@ -31,11 +31,15 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	bin = filepath.Join(dir, "fencerun")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/fencerun")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building fencerun:", err)
-		os.Exit(2)
+	// Both binaries, side by side as installed: fencerun execs
+	// fencerun-etcd for --etcd.
+	for _, b := range [][]string{{"-o", bin, "../cmd/fencerun"}, {"-tags", "fencerun_etcd", "-o", filepath.Join(dir, "fencerun-etcd"), "../cmd/fencerun"}} {
+		build := exec.Command("go", append([]string{"build"}, b...)...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", b[len(b)-2], err)
+			os.Exit(2)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

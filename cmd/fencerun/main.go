@@ -32,11 +32,11 @@ import (
 // Globals are the flags every command takes.
 type Globals struct {
 	Dir       string      `placeholder:"PATH" help:"State root of the file backend (default: /var/lib/fencerun for root; others $$XDG_STATE_HOME/fencerun, else $$HOME/.local/state/fencerun). Your own and writable by nobody else, or a group store (fencerun init --group): users of different uids share keys only through a group store named by the same --dir."`
-	Etcd      string      `placeholder:"URLS" help:"Comma-separated etcd endpoints; when set, the etcd backend is used (not built yet: fencerun exits 125)."`
 	LogLevel  string      `default:"warn" enum:"error,warn,info,debug,trace" help:"Log level: error, warn, info, debug, trace. Logs go to stderr only."`
 	LogFormat string      `default:"text" enum:"text,json" help:"Log format: text, or json (one object a line, for every line fencerun writes to stderr)."`
 	Quiet     bool        `short:"q" help:"Print nothing but real failures: no conflict, give-up or note lines."`
 	Version   versionFlag `short:"V" env:"-" help:"Print the version, Go version and VCS revision, and exit."`
+	EtcdFlags
 
 	log     hclog.Logger
 	backend store.Store // opened by run, for the tick socket and the lease
@@ -76,6 +76,9 @@ func (e *conflictError) ExitCode() int { return e.code }
 func main() {
 	os.Exit(Main(os.Args[1:]))
 }
+
+// openEtcd is the etcd backend, in the binary that links it.
+var openEtcd EtcdOpener
 
 // Main runs fencerun with args and returns its exit code.
 func Main(args []string) int {
@@ -124,6 +127,15 @@ func Main(args []string) int {
 		}
 		log.Error(err.Error() + hint(perr))
 		return exitFailed
+	}
+	if cli.Etcd != "" {
+		if err := cli.checkEtcd(kctx); err != nil {
+			fmt.Fprintf(os.Stderr, "fencerun: %v\n", err)
+			return supervisor.ExitFailed
+		}
+		if openEtcd == nil {
+			return execEtcd(args)
+		}
 	}
 	cli.log = newLogger(logOptions{level: cli.LogLevel, json: cli.LogFormat == "json", quiet: cli.Quiet})
 	ctx := context.Background()
@@ -195,7 +207,14 @@ func (g *Globals) openStore(create bool) (store.Store, error) {
 		return g.backend, nil
 	}
 	if g.Etcd != "" {
-		return nil, usage("--etcd %s: the etcd backend is not built yet; only the embedded file backend is", g.Etcd)
+		s, err := openEtcd(g.EtcdFlags, g.log)
+		if err != nil {
+			return nil, fail(supervisor.ExitFailed, "%v", err)
+		}
+		if create {
+			g.backend = s
+		}
+		return s, nil
 	}
 	dir := g.Dir
 	if dir == "" {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -44,6 +45,10 @@ type Store struct {
 	tls     *tls.Config
 	log     hclog.Logger
 	host    string
+
+	ticksOnce sync.Once
+	ticks     string
+	ticksErr  error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -84,13 +89,27 @@ func Open(opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the client. Leases taken from the Store stop working: a
-// caller releases them first.
+// Close closes the client and removes the tick directory. Leases taken
+// from the Store stop working: a caller releases them first.
 func (s *Store) Close() error {
-	if s.c == nil {
-		return nil
+	if s.ticks != "" {
+		os.RemoveAll(s.ticks)
 	}
 	return s.c.Close()
+}
+
+// TickDir is a directory for the tick sockets of commands run under this
+// store: etcd has no local state, so it is a fresh private directory
+// (0700, a name nobody could create beforehand) of this process, removed by
+// Close. Only this user can reach a socket in it (S9).
+func (s *Store) TickDir() (string, error) {
+	s.ticksOnce.Do(func() {
+		s.ticks, s.ticksErr = os.MkdirTemp("", "fencerun-ticks-")
+		if s.ticksErr != nil {
+			s.ticksErr = fmt.Errorf("etcdstore: tick directory: %w", s.ticksErr)
+		}
+	})
+	return s.ticks, s.ticksErr
 }
 
 // TLSConfig builds the TLS configuration of etcdctl's --cacert, --cert and
@@ -155,7 +174,10 @@ func (s *Store) cause(err error) string {
 		if probe := s.probe(); probe != "" {
 			return fmt.Sprintf("no answer within %v: %s", s.timeout, probe)
 		}
-		return fmt.Sprintf("no answer within %v", s.timeout)
+		if s.leaderless() {
+			return fmt.Sprintf("no answer within %v: the cluster has no leader (quorum lost?)", s.timeout)
+		}
+		return fmt.Sprintf("no answer within %v, though the endpoints accept connections", s.timeout)
 	}
 	return msg
 }
@@ -188,6 +210,25 @@ func (s *Store) probe() string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// leaderless says whether every endpoint that answers a status request
+// knows no leader.
+func (s *Store) leaderless() bool {
+	answered := false
+	for _, ep := range s.eps {
+		ctx, cancel := context.WithTimeout(context.Background(), min(s.timeout/2, time.Second))
+		st, err := s.c.Status(ctx, ep)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if st.Leader != 0 {
+			return false
+		}
+		answered = true
+	}
+	return answered
 }
 
 // endpointAddr is host:port of an endpoint URL (or of a bare host:port),

@@ -109,7 +109,7 @@ func Start(t testing.TB, o Options) *Cluster {
 		}
 		if o.Certs != nil {
 			m.args = append(m.args, "--cert-file", o.Certs.ServerCert, "--key-file", o.Certs.ServerKey,
-				"--trusted-ca-file", o.Certs.CA)
+				"--trusted-ca-file", o.Certs.CA, "--client-cert-auth")
 		}
 		c.Members = append(c.Members, m)
 	}
@@ -248,7 +248,8 @@ func freeAddr(t testing.TB) string {
 func FreeAddr(t testing.TB) string { return freeAddr(t) }
 
 // Certs are PEM files of a test CA, a server certificate for 127.0.0.1 and
-// a client certificate, all signed by it.
+// a client certificate, all signed by it. A cluster started with them
+// requires the client certificate.
 type Certs struct {
 	CA, ServerCert, ServerKey, ClientCert, ClientKey string
 }
@@ -269,12 +270,12 @@ func NewCerts(t testing.TB) *Certs {
 	ca, _ := x509.ParseCertificate(caDER)
 	c := &Certs{CA: filepath.Join(dir, "ca.pem")}
 	writePEM(t, c.CA, "CERTIFICATE", caDER)
-	issue := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
+	issue := func(name string, serial int64, usage ...x509.ExtKeyUsage) (string, string) {
 		key := newKey(t)
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
 			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
@@ -290,12 +291,14 @@ func NewCerts(t testing.TB) *Certs {
 		writePEM(t, keyPath, "EC PRIVATE KEY", kder)
 		return cert, keyPath
 	}
-	c.ServerCert, c.ServerKey = issue("server", 2, x509.ExtKeyUsageServerAuth)
+	// etcd's gateway dials the server with the server's own certificate.
+	c.ServerCert, c.ServerKey = issue("server", 2, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	c.ClientCert, c.ClientKey = issue("client", 3, x509.ExtKeyUsageClientAuth)
 	return c
 }
 
-// ClientTLS is a client configuration trusting the test CA.
+// ClientTLS is a client configuration trusting the test CA, with the
+// client certificate.
 func (c *Certs) ClientTLS(t testing.TB) *tls.Config {
 	t.Helper()
 	pem, err := os.ReadFile(c.CA)
@@ -304,7 +307,11 @@ func (c *Certs) ClientTLS(t testing.TB) *tls.Config {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
-	return &tls.Config{RootCAs: pool}
+	pair, err := tls.LoadX509KeyPair(c.ClientCert, c.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {
