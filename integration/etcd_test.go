@@ -155,7 +155,7 @@ func TestEtcdInteropWithEtcdctlLock(t *testing.T) {
 }
 
 // stopScript writes its pid and lock key, then sleeps; with TERM ignored
-// (trap '' TERM, inherited by sleep), only SIGKILL ends it.
+// (trap ” TERM, inherited by sleep), only SIGKILL ends it.
 const stopScript = `echo $$ > pid; echo "$ETCD_LOCK_KEY" > key; exec sleep 1000`
 
 func TestEtcdRevocationStopsTheTree(t *testing.T) {
