@@ -14,7 +14,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/store"
-	"github.com/fencerun/fencerun/supervisor"
 )
 
 // EtcdFlags are the etcd backend's global flags, named and read as
@@ -82,16 +81,14 @@ func (c *CLI) checkEtcd(kctx *kong.Context) error {
 }
 
 // execEtcd replaces this process by fencerun-etcd with the same arguments
-// and environment. It returns only on failure, with the exit code.
-func execEtcd(args []string) int {
+// and environment. It returns only on failure.
+func execEtcd(args []string) error {
 	path, err := findEtcdHelper()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "fencerun: %v\n", err)
-		return supervisor.ExitFailed
+		return err
 	}
 	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
-	fmt.Fprintf(os.Stderr, "fencerun: exec %s: %v\n", path, err)
-	return supervisor.ExitFailed
+	return fmt.Errorf("--etcd: exec %s: %w", path, err)
 }
 
 // etcdHelper is the binary that carries the etcd backend.

@@ -130,11 +130,12 @@ func Main(args []string) int {
 	}
 	if cli.Etcd != "" {
 		if err := cli.checkEtcd(kctx); err != nil {
-			fmt.Fprintf(os.Stderr, "fencerun: %v\n", err)
+			log.Error(err.Error())
 			return supervisor.ExitFailed
 		}
 		if openEtcd == nil {
-			return execEtcd(args)
+			log.Error(execEtcd(args).Error()) // returns only on failure
+			return supervisor.ExitFailed
 		}
 	}
 	cli.log = newLogger(logOptions{level: cli.LogLevel, json: cli.LogFormat == "json", quiet: cli.Quiet})
