@@ -131,11 +131,11 @@ func Main(args []string) int {
 	if cli.Etcd != "" {
 		if err := cli.checkEtcd(kctx); err != nil {
 			log.Error(err.Error())
-			return supervisor.ExitFailed
+			return exitFailed
 		}
 		if openEtcd == nil {
 			log.Error(execEtcd(args).Error()) // returns only on failure
-			return supervisor.ExitFailed
+			return exitFailed
 		}
 	}
 	cli.log = newLogger(logOptions{level: cli.LogLevel, json: cli.LogFormat == "json", quiet: cli.Quiet})
@@ -210,7 +210,7 @@ func (g *Globals) openStore(create bool) (store.Store, error) {
 	if g.Etcd != "" {
 		s, err := openEtcd(g.EtcdFlags, g.log)
 		if err != nil {
-			return nil, fail(supervisor.ExitFailed, "%v", err)
+			return nil, fail(exitFailed, "%v", err)
 		}
 		if create {
 			g.backend = s

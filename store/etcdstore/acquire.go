@@ -29,12 +29,31 @@ type desc struct {
 
 // leftover is a holder's command tree, kept until it is known gone.
 type leftover struct {
-	Marker string `json:"marker"`
-	Cgroup string `json:"cgroup,omitempty"`
-	Host   string `json:"host"`
-	Name   string `json:"name"`
-	PID    int    `json:"pid"`
-	Fence  uint64 `json:"fence"`
+	Marker  string          `json:"marker"`
+	Cgroup  string          `json:"cgroup,omitempty"`
+	Group   store.ProcessID `json:"group,omitzero"`
+	Session store.ProcessID `json:"session,omitzero"`
+	Host    string          `json:"host"`
+	Name    string          `json:"name"`
+	PID     int             `json:"pid"`
+	Fence   uint64          `json:"fence"`
+}
+
+func (r leftover) tree() store.Leftover {
+	return store.Leftover{HolderPID: r.PID, Host: r.Host, Marker: r.Marker, Cgroup: r.Cgroup, Group: r.Group, Session: r.Session}
+}
+
+// parseLeftover reads a leftover record; one that names no tree is none.
+func parseLeftover(kv *mvccpb.KeyValue) (leftover, bool) {
+	var r leftover
+	if json.Unmarshal(kv.Value, &r) != nil || r.Marker == "" && r.Cgroup == "" {
+		return r, false
+	}
+	if r.Fence == 0 {
+		// Put with the holder key: its create revision is the fence.
+		r.Fence = uint64(kv.CreateRevision)
+	}
+	return r, true
 }
 
 // Acquire takes the lease on key (see store.Store): a new etcd lease, and
@@ -151,8 +170,14 @@ func orCause(ctx context.Context, err error) error {
 }
 
 func (a *acquirer) leftoverPut(fence uint64) clientv3.Op {
-	data, _ := json.Marshal(leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.claim.Host, Name: a.claim.Name, PID: a.claim.PID, Fence: fence})
-	return clientv3.OpPut(leftoverKey(a.key, a.id), string(data))
+	return putLeftover(a.key, a.id, leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.claim.Host, Name: a.claim.Name, PID: a.claim.PID, Fence: fence})
+}
+
+// putLeftover writes a holder's leftover record, on no lease: it must
+// outlive the holder.
+func putLeftover(key string, id clientv3.LeaseID, r leftover) clientv3.Op {
+	data, _ := json.Marshal(r)
+	return clientv3.OpPut(leftoverKey(key, id), string(data))
 }
 
 // wait keeps the lease alive and waits until every contender created
@@ -256,6 +281,7 @@ func (a *acquirer) held(confirmed int64, records []*mvccpb.KeyValue) (*Lease, *s
 		s: a.s, key: a.key, myKey: a.myKey, id: a.id, rev: a.rev, confirmed: confirmed,
 		ttl: a.term.TTL, clock: a.claim.Clock, term: a.term, host: a.claim.Host,
 		changes: make(chan struct{}, 1), desc: a.desc,
+		left: leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.claim.Host, Name: a.claim.Name, PID: a.claim.PID, Fence: uint64(a.rev)},
 	}
 	l.pred, l.predKeys = predecessor(records, leftoverKey(a.key, a.id), a.claim.Host)
 	l.watch()
@@ -274,23 +300,16 @@ func predecessor(records []*mvccpb.KeyValue, own, host string) (*store.Holder, [
 		all  []store.Leftover
 	)
 	for _, kv := range records {
-		if string(kv.Key) == own {
-			continue
-		}
-		var r leftover
-		if json.Unmarshal(kv.Value, &r) != nil || r.Marker == "" && r.Cgroup == "" {
+		r, ok := parseLeftover(kv)
+		if string(kv.Key) == own || !ok {
 			continue
 		}
 		if r.Host == host {
 			keys = append(keys, string(kv.Key))
 		}
-		all = append(all, store.Leftover{HolderPID: r.PID, Host: r.Host, Marker: r.Marker, Cgroup: r.Cgroup})
-		fence := r.Fence
-		if fence == 0 {
-			fence = uint64(kv.CreateRevision)
-		}
-		if p == nil || fence > p.Fence {
-			p = &store.Holder{Name: r.Name, PID: r.PID, Host: r.Host, Fence: fence, Marker: r.Marker}
+		all = append(all, r.tree())
+		if p == nil || r.Fence > p.Fence {
+			p = &store.Holder{Name: r.Name, PID: r.PID, Host: r.Host, Fence: r.Fence, Marker: r.Marker, Cgroup: r.Cgroup}
 		}
 	}
 	if p != nil {

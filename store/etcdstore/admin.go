@@ -46,6 +46,13 @@ func (s *Store) Status(ctx context.Context, key string) (*store.Status, error) {
 
 func (s *Store) status(ctx context.Context, key string, kvs []*mvccpb.KeyValue) (*store.Status, error) {
 	st := &store.Status{Key: key, State: store.Free, Waiters: []store.Holder{}}
+	var holder string
+	if len(kvs) > 0 {
+		holder = leftoverKey(key, clientv3.LeaseID(kvs[0].Lease))
+	}
+	if err := s.leftovers(ctx, st, holder); err != nil {
+		return nil, err
+	}
 	if len(kvs) == 0 {
 		return st, nil
 	}
@@ -65,9 +72,26 @@ func (s *Store) status(ctx context.Context, key string, kvs []*mvccpb.KeyValue) 
 	return st, nil
 }
 
+// leftovers fills st.Leftovers from the key's leftover records, except
+// the holder's own.
+func (s *Store) leftovers(ctx context.Context, st *store.Status, holder string) error {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.c.Get(octx, leftoversOf(st.Key), clientv3.WithPrefix())
+	if err != nil {
+		return s.fail("read leftovers of "+st.Key, err)
+	}
+	for _, kv := range resp.Kvs {
+		if r, ok := parseLeftover(kv); ok && string(kv.Key) != holder {
+			st.Leftovers = append(st.Leftovers, r.tree())
+		}
+	}
+	return nil
+}
+
 // List reads every lock on the cluster, fencerun's and etcdctl lock's
-// alike, sorted by name: every key "NAME/<hex>" attached to the lease
-// <hex> is a contender for NAME. A nested key "a/b/<lease>" is listed
+// alike, and every free key with leftovers, sorted by name: every key
+// "NAME/<hex>" attached to the lease <hex> is a contender for NAME. A nested key "a/b/<lease>" is listed
 // under "a/b" (and blocks "a" too, which Status of "a" shows).
 func (s *Store) List(ctx context.Context) ([]store.Status, error) {
 	octx, cancel := s.op(ctx)
@@ -79,9 +103,13 @@ func (s *Store) List(ctx context.Context) ([]store.Status, error) {
 	}
 	byName := map[string][]*mvccpb.KeyValue{}
 	for _, kv := range resp.Kvs {
-		name, ok := lockName(kv)
-		if ok {
+		if name, ok := lockName(kv); ok {
 			byName[name] = append(byName[name], kv)
+		} else if rest, ok := strings.CutPrefix(string(kv.Key), side+"leftovers/"); ok {
+			// A free key whose dead holder left a tree is listed too.
+			if i := strings.LastIndexByte(rest, '/'); i > 0 {
+				byName[rest[:i]] = byName[rest[:i]]
+			}
 		}
 	}
 	names := make([]string, 0, len(byName))

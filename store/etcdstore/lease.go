@@ -34,6 +34,7 @@ type Lease struct {
 
 	mu       sync.Mutex
 	desc     desc
+	left     leftover // this holder's own leftover record
 	predKeys []string // this host's leftover records of the predecessors
 	released bool
 }
@@ -123,14 +124,19 @@ func (l *Lease) Tick(ctx context.Context, t time.Time) error {
 	return l.describe(ctx, func(d *desc) { d.LastTick = t })
 }
 
-// SetCommand records the command's pid in the holder's description. The
-// group and session are not kept on etcd yet: its leftovers are found by
-// their cgroup, else by their marker.
-func (l *Lease) SetCommand(ctx context.Context, group, _ store.ProcessID) error {
-	return l.describe(ctx, func(d *desc) { d.CommandPID = group.ID })
+// SetCommand records the command's pid in the holder's description, and
+// its process group and session in its leftover record, in one
+// transaction before it returns: a holder that dies after this leaves
+// what the next one needs to find its tree.
+func (l *Lease) SetCommand(ctx context.Context, group, session store.ProcessID) error {
+	l.mu.Lock()
+	l.left.Group, l.left.Session = group, session
+	left := putLeftover(l.key, l.id, l.left)
+	l.mu.Unlock()
+	return l.describe(ctx, func(d *desc) { d.CommandPID = group.ID }, left)
 }
 
-func (l *Lease) describe(ctx context.Context, change func(*desc)) error {
+func (l *Lease) describe(ctx context.Context, change func(*desc), also ...clientv3.Op) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released {
@@ -140,7 +146,8 @@ func (l *Lease) describe(ctx context.Context, change func(*desc)) error {
 	data, _ := json.Marshal(l.desc)
 	ctx, cancel := l.op(ctx)
 	defer cancel()
-	resp, err := l.s.c.Txn(ctx).If(l.mine()).Then(clientv3.OpPut(descKey(l.id), string(data), clientv3.WithLease(l.id))).Commit()
+	ops := append([]clientv3.Op{clientv3.OpPut(descKey(l.id), string(data), clientv3.WithLease(l.id))}, also...)
+	resp, err := l.s.c.Txn(ctx).If(l.mine()).Then(ops...).Commit()
 	if err != nil {
 		return l.s.fail("describe "+l.myKey, err)
 	}
