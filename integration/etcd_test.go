@@ -156,7 +156,7 @@ func TestEtcdInteropWithEtcdctlLock(t *testing.T) {
 
 // stopScript writes its pid and lock key, then sleeps; with TERM ignored
 // (trap ” TERM, inherited by sleep), only SIGKILL ends it.
-const stopScript = `echo $$ > pid; echo "$ETCD_LOCK_KEY" > key; exec sleep 1000`
+const stopScript = `echo $$ > pid.tmp; mv pid.tmp pid; echo "$ETCD_LOCK_KEY" > key.tmp; mv key.tmp key; exec sleep 1000`
 
 func TestEtcdRevocationStopsTheTree(t *testing.T) {
 	needEtcdctl(t)
@@ -396,7 +396,7 @@ func TestEtcdLeftoversOfAKilledWrapperAreStoppedByTheNext(t *testing.T) {
 	// A process that leaves the group and the session: it outlives a
 	// SIGKILLed wrapper.
 	h := onEtcd(t, eps, "run", "--key", "left", "--ttl", "2", "--", "sh", "-c",
-		"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "+filepath.Join(dir, "leftover")+"; exec sleep 1000")
+		"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "+filepath.Join(dir, "leftover.tmp")+"; mv "+filepath.Join(dir, "leftover.tmp")+" "+filepath.Join(dir, "leftover")+"; exec sleep 1000")
 	startLogged(t, h, dir, "holder")
 	waitFile(t, filepath.Join(dir, "leftover"))
 	left := readPids(filepath.Join(dir, "leftover"))[0]
