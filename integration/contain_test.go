@@ -441,3 +441,39 @@ func (cg *testCgroup) remove(t *testing.T) {
 		}
 	}
 }
+
+// A pid namespace without a /proc of its own (unshare --pid --fork without
+// --mount-proc): fencerun, its init, sees another namespace's /proc. It
+// still exits with the command's code, stops a TERM-ignoring descendant
+// that left the group on --timeout (124), reaps, and never hangs on, or
+// touches, the processes that /proc shows.
+func TestPidNamespaceWithoutItsProc(t *testing.T) {
+	for _, mode := range []string{"auto", "off"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			s := newSandbox(t)
+			cg := newTestCgroup(t)
+			unrelated := s.start(exec.Command("sleep", "1000"))
+			defer func() { unrelated.Process.Kill(); unrelated.Wait() }()
+			run := func(want int, args ...string) {
+				t.Helper()
+				c := exec.Command("unshare", append([]string{"--pid", "--fork", bin, "run", "--key", "k", "--cgroup", mode}, args...)...)
+				s.prepare(c, "ns")
+				c.Env = append(c.Env, "FENCERUN_DIR="+s.state)
+				cg.start(t, c)
+				if code := exitOf(t, c); code != want {
+					t.Errorf("exit %d, want %d", code, want)
+				}
+				if cg.populated(t) {
+					t.Errorf("processes left: %v", cg.procs(t))
+				}
+			}
+			run(3, "--", "sh", "-c", "sleep 0.1 & exit 3")
+			run(124, "--grace", "0.2s", "--timeout", "0.3s", "--", "sh", "-c",
+				`setsid sh -c 'trap "" TERM; while :; do sleep 1; done' & sleep 1000`)
+			if !alive(unrelated.Process.Pid) {
+				t.Error("a process outside the namespace was stopped")
+			}
+		})
+	}
+}

@@ -96,7 +96,7 @@ func StopLeftovers(ctx context.Context, l store.Leftover, cfg StopConfig) (int, 
 	})()
 	deadline := clock.Now() + max(cfg.Grace, 0)
 	s := &sweep{
-		log: log, sig: sig, members: members, cg: cg, clock: clock, wake: wake, ctx: ctx,
+		log: log, sig: sig, members: members, cg: cg, clock: clock, wake: wake, ctx: ctx, foreign: foreignProc(),
 		deadline: func() time.Duration { return deadline },
 	}
 	if err := s.run(); err != nil {
@@ -151,6 +151,9 @@ func findLeftovers(l store.Leftover, log hclog.Logger) (*cgroup, func() ([]proc,
 			// Gone (removed once empty), or never made: the fallback below
 			// finds what it can.
 		}
+	}
+	if foreignProc() {
+		return nil, nil, errors.New("supervisor: cannot look for a dead holder's processes: /proc is another pid namespace's (mount a /proc of this one: unshare --mount-proc)")
 	}
 	marker := l.Marker
 	if marker != "" && !validMarker(marker) {
@@ -209,6 +212,9 @@ func leads(procs map[int]proc, id store.ProcessID) func(q proc, gid int) bool {
 // is worth recording for the next holder. Otherwise the zero ProcessID:
 // the session is the caller's (a login shell's), never to be stopped.
 func OwnSession() store.ProcessID {
+	if foreignProc() {
+		return store.ProcessID{} // the id means nothing outside this namespace
+	}
 	self := os.Getpid()
 	q, err := readProc(self)
 	if err != nil || q.sid != self {

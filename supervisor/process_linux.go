@@ -59,6 +59,8 @@ type Process struct {
 	tty        int // the terminal whose foreground the command was given, or -1
 	cg         *cgroup
 	clock      fence.Clock
+	foreign    bool          // /proc is another pid namespace's: see pidns_linux.go
+	allGone    chan struct{} // foreign: no child is left
 
 	exited chan struct{} // the direct child exited
 	reap   chan struct{} // Wait: the tree is gone, reap the direct child
@@ -105,6 +107,8 @@ func Start(cfg Config) (*Process, error) {
 		log = hclog.NewNullLogger()
 	}
 	p := &Process{
+		foreign:    foreignProc(),
+		allGone:    make(chan struct{}),
 		clock:      cfg.Clock,
 		marker:     cfg.Marker,
 		stopSignal: cfg.StopSignal,
@@ -180,7 +184,7 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err == nil {
 		p.pid = pid
-		if q, err := readProc(pid); err == nil {
+		if q, err := readProc(pid); err == nil && !p.foreign {
 			p.start = q.start
 		}
 		reg.procs[pid] = p
@@ -188,6 +192,10 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 	reg.mu.Unlock()
 	started <- err
 	if err != nil {
+		return
+	}
+	if p.foreign {
+		p.runForeign(pid)
 		return
 	}
 
@@ -217,6 +225,30 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 			break
 		}
 	}
+	p.reaped(pid, ws, err)
+}
+
+// runForeign waits without /proc: every child is reaped as it ends (this
+// process is their subreaper, or the namespace's init), the direct
+// child's status kept, until none is left.
+func (p *Process) runForeign(pid int) {
+	ws, err := p.waitAll(pid)
+	select {
+	case <-p.exited:
+	default:
+		close(p.exited)
+	}
+	close(p.allGone)
+	<-p.reap
+	if p.tty >= 0 {
+		giveBackTerminal(p.tty, p.log)
+		p.closeTerminal()
+	}
+	p.reaped(pid, ws, err)
+}
+
+// reaped records how the direct child ended and that it is reaped.
+func (p *Process) reaped(pid int, ws syscall.WaitStatus, err error) {
 	switch {
 	case err != nil:
 		p.log.Error("reaping the command", "pid", pid, "error", err)
@@ -236,8 +268,15 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 // Pid is the direct child's pid; it is also the command's process group.
 func (p *Process) Pid() int { return p.pid }
 
-// Group names the command's process group: its pid and start time.
-func (p *Process) Group() store.ProcessID { return store.ProcessID{ID: p.pid, Start: p.start} }
+// Group names the command's process group: its pid and start time; the
+// zero ProcessID where /proc is another pid namespace's (the id means
+// nothing outside this one).
+func (p *Process) Group() store.ProcessID {
+	if p.foreign {
+		return store.ProcessID{}
+	}
+	return store.ProcessID{ID: p.pid, Start: p.start}
+}
 
 // Cgroup is the path of the command's cgroup, or "" without one.
 func (p *Process) Cgroup() string {
@@ -302,8 +341,10 @@ func (p *Process) sweep() {
 			kids, _ := children(os.Getpid())
 			return kids
 		},
-		cg:    p.cg,
-		clock: p.clock,
+		cg:      p.cg,
+		clock:   p.clock,
+		foreign: p.foreign,
+		gone:    p.allGone,
 		deadline: func() time.Duration {
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -342,6 +383,13 @@ func (p *Process) Signal(sig syscall.Signal) error {
 		return ErrFinished
 	}
 	var errs []error
+	if p.foreign && nsInit() {
+		// The namespace is the tree: kill(-1) reaches all of it.
+		if err := unix.Kill(-1, sig); err != nil && err != unix.ESRCH {
+			return fmt.Errorf("supervisor: signalling the pid namespace: %w", err)
+		}
+		return nil
+	}
 	if err := unix.Kill(-p.pid, sig); err != nil && err != unix.ESRCH {
 		errs = append(errs, fmt.Errorf("supervisor: signalling process group %d: %w", p.pid, err))
 	}
@@ -369,6 +417,11 @@ func (p *Process) Owns(pid int) bool {
 	p.mu.Unlock()
 	if finished {
 		return false
+	}
+	if p.foreign {
+		// A peer outside this namespace shows as pid 0; inside it, as
+		// its init, every other process is the tree's.
+		return nsInit() && pid > 1
 	}
 	q, err := readProc(pid)
 	if err != nil || q.dead() {
@@ -400,6 +453,9 @@ func (p *Process) Owns(pid int) bool {
 // members reads the tree's live processes, and reaps those of its orphans
 // that died.
 func (p *Process) members() ([]proc, error) {
+	if p.foreign {
+		return nil, nil // never read another namespace's /proc
+	}
 	if p.cg != nil {
 		pids, err := p.cg.pids()
 		if err != nil {

@@ -34,7 +34,9 @@ func setup() error {
 		signal.Notify(c, syscall.SIGCHLD)
 		go func() {
 			for range c {
-				reapAdopted()
+				if !foreignProc() { // else each Process reaps all: see pidns_linux.go
+					reapAdopted()
+				}
 			}
 		}()
 	})
@@ -46,6 +48,9 @@ func setup() error {
 // would take the exit status of children that others started and wait for.
 // Direct children are reaped by their own goroutine.
 func reapAdopted() {
+	if foreignProc() {
+		return
+	}
 	self := os.Getpid()
 	kids, _ := children(self)
 	procs := make(map[int]proc, len(kids))

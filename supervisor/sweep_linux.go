@@ -52,6 +52,11 @@ type sweep struct {
 	clock    fence.Clock
 	wake     int             // eventfd: the deadline moved, or ctx ended
 	ctx      context.Context // nil: never cancelled
+	// foreign: /proc is another pid namespace's (see pidns_linux.go); the
+	// tree is signalled as a whole and, without a cgroup, is gone when
+	// gone is closed.
+	foreign bool
+	gone    <-chan struct{}
 }
 
 type procKey struct {
@@ -84,8 +89,11 @@ func (s *sweep) run() error {
 		<-bridged
 		timer.Close()
 	}()
-	if s.cg != nil {
+	switch {
+	case s.cg != nil:
 		return s.runCgroup(timer)
+	case s.foreign:
+		return s.runForeign(timer)
 	}
 	return s.runProcs(timer)
 }
@@ -112,6 +120,10 @@ func (s *sweep) runCgroup(timer fence.Timer) error {
 	}
 	s.log.Debug("sending the stop signal", "signal", s.sig, "cgroup", s.cg.path)
 	for _, sig := range []syscall.Signal{s.sig, syscall.SIGCONT} {
+		if s.foreign {
+			s.signalForeign(sig)
+			continue
+		}
 		if s.group != 0 {
 			if err := unix.Kill(-s.group, sig); err != nil && err != unix.ESRCH {
 				s.log.Warn("cannot signal the process group", "pgid", s.group, "signal", sig, "error", err)
