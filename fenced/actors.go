@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -108,7 +109,8 @@ func (c *command) execute(ctx context.Context) error {
 	}
 	c.proc = p
 	close(c.started) // from now on the signals actor forwards the signals
-	c.log.Debug("command started", "pid", p.Pid())
+	began := c.cfg.Clock.Now()
+	c.log.Info("command started", "pid", p.Pid())
 	if err := c.lease.SetCommand(ctx, p.Group(), supervisor.OwnSession()); err != nil {
 		c.log.Warn("could not record the command's process group", "error", err)
 	}
@@ -117,6 +119,12 @@ func (c *command) execute(ctx context.Context) error {
 	for {
 		select {
 		case c.status = <-waited:
+			ran := logfield.Duration(c.cfg.Clock.Now() - began)
+			if c.status.Signal != 0 {
+				c.log.Info("command ended", "signal", logfield.Signal(c.status.Signal), "duration", ran)
+			} else {
+				c.log.Info("command ended", "exit_code", c.status.Code, "duration", ran)
+			}
 			return nil
 		case by := <-c.stops:
 			stopBy = earliest(stopBy, by)
@@ -225,7 +233,7 @@ func (s *signals) execute() error {
 	for {
 		select {
 		case sig := <-s.in:
-			s.log.Debug("forwarding signal", "signal", sig)
+			s.log.Debug("forwarding signal", "signal", logfield.Signal(sig.(syscall.Signal)))
 			_ = s.cmd.proc.Signal(sig.(syscall.Signal))
 		case <-s.done:
 			return nil

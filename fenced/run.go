@@ -12,6 +12,8 @@ import (
 	"github.com/oklog/run"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/errtext"
+	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -161,7 +163,9 @@ func Run(ctx context.Context, cfg Config) Outcome {
 	if err := keeper.Release(relCtx); err != nil {
 		// The wrapper exiting drops the kernel lock that proves it alive, so
 		// the next holder still takes over; say what was left behind.
-		log.Warn("could not release the lease; the next holder will take it over once this process exits", "error", err)
+		log.Warn("could not release the lease; the next holder will take it over once this process exits", "error", errtext.Sentence(err))
+	} else {
+		log.Info("released the lease")
 	}
 	return out
 }
@@ -262,7 +266,7 @@ func outcome(err, keeperErr error, cmd *command, cfg *Config, log hclog.Logger) 
 		return Outcome{End: NotStarted, Err: started.err}
 	case errors.Is(err, errTimeout):
 		out.End = TimedOut
-		log.Warn("the command ran past --timeout and was stopped", "timeout", cfg.Timeout)
+		log.Warn("the command ran past --timeout and was stopped", "timeout", logfield.Duration(cfg.Timeout))
 	case errors.As(err, &end):
 		out.End = endOf[end.Reason]
 	case err != nil:
@@ -279,7 +283,7 @@ func outcome(err, keeperErr error, cmd *command, cfg *Config, log hclog.Logger) 
 		if end.Reason == fence.Lost {
 			level = hclog.Error
 		}
-		log.Log(level, "the command was stopped", "reason", end.Reason.String(), "detail", end.Error())
+		log.Log(level, "the command was stopped", "reason", end.Reason.String(), "detail", errtext.Sentence(end))
 	}
 	return out
 }

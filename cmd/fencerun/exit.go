@@ -38,9 +38,9 @@ func runExit(o fenced.Outcome, conflict int) error {
 		}
 		return exitCode(o.Status.Code)
 	case fenced.Interrupted:
-		return fail(exitSignal+int(o.Signal), "interrupted by %s", unix.SignalName(o.Signal))
+		return &expectedError{code: exitSignal + int(o.Signal), err: fmt.Errorf("interrupted by %s", unix.SignalName(o.Signal))}
 	case fenced.NotAcquired:
-		return fail(conflict, "%v", o.Err)
+		return &expectedError{code: conflict, err: o.Err}
 	case fenced.NotStarted:
 		return notStarted(o.Err)
 	case fenced.FenceBroken:
@@ -86,6 +86,20 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 func (e *exitError) ExitCode() int { return e.code }
+
+// expectedError is an end that is not a failure: a lease not acquired
+// (busy with -n or -w, or --wait ran out), or a wait a signal ended. It is
+// logged at warn, so that -q silences it; silent, when -E said what a
+// conflict means, it is not logged at all.
+type expectedError struct {
+	code   int
+	silent bool
+	err    error
+}
+
+func (e *expectedError) Error() string { return e.err.Error() }
+func (e *expectedError) Unwrap() error { return e.err }
+func (e *expectedError) ExitCode() int { return e.code }
 
 // exitCode is a run that ended with a code and nothing more to say (the
 // command's own code, or 128+N).

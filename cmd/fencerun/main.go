@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/internal/duration"
+	"github.com/fencerun/fencerun/internal/errtext"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/filestore"
 )
@@ -59,19 +60,6 @@ type CLI struct {
 	Completion CompletionCmd `cmd:"" help:"Print a completion script for bash, zsh or fish."`
 	Man        ManCmd        `cmd:"" hidden:"" help:"Print the manual page fencerun(1) in roff (just man writes docs/fencerun.1)."`
 }
-
-// conflictError is a lease that was not acquired (busy, or --wait ran
-// out): an expected outcome with -n or -w, logged at warn, or not at all
-// when -E says what it means or -q is given.
-type conflictError struct {
-	code   int
-	silent bool
-	err    error
-}
-
-func (e *conflictError) Error() string { return e.err.Error() }
-func (e *conflictError) Unwrap() error { return e.err }
-func (e *conflictError) ExitCode() int { return e.code }
 
 func main() {
 	os.Exit(Main(os.Args[1:]))
@@ -153,16 +141,16 @@ func Main(args []string) int {
 	if errors.As(err, &code) {
 		return int(code)
 	}
-	var busy *conflictError
-	if errors.As(err, &busy) {
-		// An expected conflict is not an error (cron mails every line):
-		// one warn line, and none when -E chose what it means.
-		if !busy.silent {
-			cli.log.Warn(err.Error())
+	var expected *expectedError
+	if errors.As(err, &expected) {
+		// Not a failure (cron mails every line): one warn line, and none
+		// when -E chose what a conflict means.
+		if !expected.silent {
+			cli.log.Warn(errtext.Sentence(err))
 		}
-		return busy.code
+		return expected.code
 	}
-	cli.log.Error(err.Error())
+	cli.log.Error(errtext.Sentence(err))
 	var coded interface{ ExitCode() int }
 	if errors.As(err, &coded) {
 		return coded.ExitCode()

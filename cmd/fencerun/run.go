@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
@@ -42,6 +43,10 @@ type RunCmd struct {
 	Cgroup       string         `enum:"auto,require,off" default:"auto" help:"auto: run the command in a cgroup of its own where a writable cgroup v2 hierarchy exists (root, or a systemd-delegated subtree), so that its whole tree is found and killed exactly; require: exit 125 where none does; off: find the tree among fencerun's descendants."`
 
 	Command []string `arg:"" optional:"" passthrough:"partial" help:"The command and its arguments, after --."`
+
+	conflictGiven bool   // -E typed or exported: a conflict is the caller's to report
+	waitedFor     string // what the wait was last seen waiting for
+	acquired      bool   // the lease was taken
 }
 
 // Validate checks the flags (B2) before anything touches the disk.
@@ -49,6 +54,7 @@ func (r *RunCmd) Validate(kctx *kong.Context) error {
 	if len(r.Command) > 0 && r.Command[0] == "--" {
 		r.Command = r.Command[1:] // kong's partial passthrough keeps the separator
 	}
+	r.conflictGiven = given(kctx, "conflict-exit-code")
 	if r.NoWait && r.Wait != nil && !r.Wait.None() {
 		// What is typed beats what is exported: FENCERUN_WAIT=10m in a
 		// profile must not break a cron line's -n. Typed together, or
@@ -113,6 +119,24 @@ func typed(kctx *kong.Context, name string) bool {
 	return false
 }
 
+// given reports whether the flag name was typed or exported (its variable
+// set), rather than left to its default.
+func given(kctx *kong.Context, name string) bool {
+	if typed(kctx, name) {
+		return true
+	}
+	for _, f := range kctx.Flags() {
+		if f.Name == name {
+			for _, env := range f.Envs {
+				if v, ok := os.LookupEnv(env); ok && v != "" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // forwarded are the signals fencerun passes to the command's group (S7).
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
@@ -124,6 +148,12 @@ var errGaveUp = errors.New("gave up waiting")
 // work is package fenced's; this is its wiring.
 func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	stopSig, _ := parseSignal(r.KillSignal)
+	// Every line of a run names its key or store (and, from the lease on,
+	// its fence).
+	log := g.log.With("key", deref(r.Key))
+	if r.Resident != "" {
+		log = g.log.With("store", r.Resident)
+	}
 	// Fail fast on a command that cannot run, before waiting in any queue,
 	// with the PATH the command will get.
 	path, err := supervisor.LookPath(r.Command[0], os.Environ())
@@ -146,23 +176,49 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	out := fenced.Run(ctx, fenced.Config{
-		Acquire: func(ctx context.Context) (store.Lease, error) { return r.acquire(ctx, g, claim, path) },
+		Acquire: func(ctx context.Context) (store.Lease, error) { return r.acquire(ctx, g, log, claim, path) },
 		Start: func(lease store.Lease) (fenced.Process, error) {
 			return supervisor.Start(supervisor.Config{
 				Argv: r.Command, Env: r.commandEnv(lease, claim.Marker), Marker: claim.Marker,
-				StopSignal: stopSig, Grace: r.Grace, Logger: g.log.With("fence", lease.Fence()).Named("supervisor"),
+				StopSignal: stopSig, Grace: r.Grace, Logger: log.With("fence", lease.Fence()).Named("supervisor"),
 				Cgroup: claim.Cgroup, Clock: clock,
 			})
 		},
 		StopLeftovers: func(ctx context.Context, trees []store.Leftover) (bool, error) {
-			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: g.log.Named("supervisor")})
+			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor")})
 			return elsewhere, err
 		},
 		Signals: sigs, Ticks: ticks,
 		TTL: r.TTL, Grace: r.Grace, Timeout: r.Timeout, StuckAfter: r.stuckAfter(),
-		Clock: clock, Logger: g.log,
+		Clock: clock, Logger: log,
 	})
-	return runExit(out, r.ConflictExit)
+	err = runExit(out, r.ConflictExit)
+	var expected *expectedError
+	if errors.As(err, &expected) {
+		switch {
+		case out.End == fenced.NotAcquired:
+			expected.silent = r.conflictGiven
+		case out.End == fenced.Interrupted && !r.acquired && r.waitedFor != "":
+			// Ctrl-C while waiting says what it was waiting for.
+			expected.err = fmt.Errorf("%w while waiting for %s: %s", expected.err, r.what(), r.waitedFor)
+		}
+	}
+	return err
+}
+
+// what the run waits for, in words.
+func (r *RunCmd) what() string {
+	if r.Resident != "" {
+		return "the resident role of " + r.Resident
+	}
+	return deref(r.Key)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // claim says who asks for the lease, and in which cgroup its command will
@@ -190,21 +246,49 @@ func (r *RunCmd) claim(g *Globals, tickAddr string, clock fence.Clock) (store.Cl
 	return claim, nil
 }
 
-// acquire takes the lease or says why not. A wait that --wait ended is a
-// lease not acquired.
-func (r *RunCmd) acquire(ctx context.Context, g *Globals, claim store.Claim, path string) (store.Lease, error) {
-	if w := r.wait(); !w.Forever() && !w.None() {
+// acquire takes the lease or says why not, and what it waited for. A wait
+// that --wait ended is a lease not acquired.
+func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, claim store.Claim, path string) (store.Lease, error) {
+	w := r.wait()
+	if !w.Forever() && !w.None() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, w.Limit(), errGaveUp)
 		defer cancel()
 	}
+	report := &waitReport{what: r.what(), limit: w, log: log, term: stderrTerminal(g), start: time.Now()}
+	var (
+		lease store.Lease
+		err   error
+	)
 	if r.Resident != "" {
-		return r.acquireResident(ctx, g, claim, path)
+		report.status = func() (*store.Status, error) { return resident.Status(r.Resident) }
+		if !w.None() {
+			startWaitReport(report)
+		}
+		lease, err = r.acquireResident(ctx, g, claim, path)
+	} else {
+		var st store.Store
+		if st, err = g.openStore(true); err != nil {
+			return nil, err
+		}
+		report.status, report.logged = statusOf(st, *r.Key), true
+		if !w.None() {
+			startWaitReport(report)
+		}
+		lease, err = r.acquireKey(ctx, st, claim)
 	}
-	st, err := g.openStore(true)
-	if err != nil {
-		return nil, err
+	if report.stop != nil {
+		r.waitedFor = report.end()
 	}
+	if lease != nil {
+		r.acquired = true
+		log.Info("acquired the lease", "fence", lease.Fence(), "waited", report.waited())
+	}
+	return lease, err
+}
+
+// acquireKey takes the lease of --key from st.
+func (r *RunCmd) acquireKey(ctx context.Context, st store.Store, claim store.Claim) (store.Lease, error) {
 	lease, holder, err := st.Acquire(ctx, *r.Key, claim)
 	if err != nil {
 		return nil, r.notAcquired(err, func() *store.Holder {
