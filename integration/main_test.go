@@ -13,12 +13,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/fencerun/fencerun/internal/testsupport"
 )
 
 // bin is the fencerun binary built once for the package.
@@ -48,7 +49,15 @@ func TestMain(m *testing.M) {
 
 // guard bounds every wait in these tests. It is a failure guard only:
 // nothing waits for it to pass.
-const guard = 30 * time.Second
+const guard = testsupport.Guard
+
+// The waits and liveness checks of internal/testsupport, under the short
+// names these tests use.
+var (
+	waitFor  = testsupport.Poll
+	alive    = testsupport.Alive
+	waitGone = testsupport.WaitGone
+)
 
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
@@ -101,19 +110,6 @@ func fencerun(dir string, args ...string) *exec.Cmd {
 	return c
 }
 
-// waitFor polls cond until it holds or the guard runs out. Polling is the
-// test's own business here: it watches the system from outside.
-func waitFor(cond func() bool) error {
-	deadline := time.Now().Add(guard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("condition not met within %v", guard)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return nil
-}
-
 // waitFile waits until path exists and returns its content.
 func waitFile(t *testing.T, path string) string {
 	t.Helper()
@@ -122,17 +118,6 @@ func waitFile(t *testing.T, path string) string {
 	}
 	b, _ := os.ReadFile(path)
 	return string(b)
-}
-
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // readPids reads whitespace-separated pids from a file.
@@ -151,16 +136,6 @@ func readPids(path string) []int {
 		}
 	}
 	return pids
-}
-
-// waitGone waits until every pid is gone.
-func waitGone(t *testing.T, pids ...int) {
-	t.Helper()
-	for _, pid := range pids {
-		if err := waitFor(func() bool { return !alive(pid) }); err != nil {
-			t.Fatalf("pid %d still alive after %v", pid, guard)
-		}
-	}
 }
 
 // exitOf waits for a started command and returns its exit code.

@@ -26,10 +26,10 @@ func TestHandoverToANewerBuild(t *testing.T) {
 		t.Fatalf("newcomer: %v, %v", ref, err)
 	}
 	defer r.Release(context.Background())
-	if l := h.next(t); l != "handover" {
+	if l := h.Next(); l != "handover" {
 		t.Fatalf("holder said %q, want handover", l)
 	}
-	if code := h.wait(t); code != 77 {
+	if code := h.ExitCode(); code != 77 {
 		t.Fatalf("holder exited %d, want 77", code)
 	}
 	if r.Fence() != h.fence+1 {
@@ -79,7 +79,7 @@ func TestHandoverRefusals(t *testing.T) {
 	if st.State != store.Held || st.Holder.PID != h.pid || st.Holder.Fence != h.fence {
 		t.Fatalf("holder after refusals: %+v", st)
 	}
-	if code := h.exit(t); code != 0 {
+	if code := h.exit(); code != 0 {
 		t.Fatalf("holder exited %d, want 0", code)
 	}
 }

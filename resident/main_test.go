@@ -1,7 +1,6 @@
 package resident
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,18 +11,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 )
 
 // guard bounds every wait in these tests; it is a failure guard, never a
 // synchronisation.
-const guard = 20 * time.Second
+const guard = testsupport.Guard
 
 // TestMain doubles as a holder process when re-executed with
 // RESIDENT_HELPER set: it takes the role of $RESIDENT_STORE, prints
@@ -97,9 +96,7 @@ func helperMain(mode string) int {
 
 // holderProc is a helper process holding a role.
 type holderProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
+	*testsupport.Helper
 	pid   int
 	fence uint64
 }
@@ -108,88 +105,23 @@ type holderProc struct {
 // executable at build (or unstamped when ""), and returns once it holds it.
 func startHolder(t *testing.T, mode, storePath, build, marker string) *holderProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RESIDENT_HELPER="+mode, "RESIDENT_STORE="+storePath,
-		"RESIDENT_BUILD="+build, "RESIDENT_MARKER="+marker)
-	if os.Getenv("GORACE") == "" {
-		// Under -race a process lingers a second at exit by default.
-		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
-	}
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &holderProc{cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			h.lines <- sc.Text()
-		}
-		close(h.lines)
-	}()
-	t.Cleanup(func() {
-		h.cmd.Process.Kill()
-		h.cmd.Wait()
-	})
-	line := h.next(t)
+	h := &holderProc{Helper: testsupport.StartHelper(t, "RESIDENT_HELPER="+mode, "RESIDENT_STORE="+storePath,
+		"RESIDENT_BUILD="+build, "RESIDENT_MARKER="+marker)}
+	line := h.Next()
 	if _, err := fmt.Sscanf(line, "held %d %d", &h.pid, &h.fence); err != nil {
 		t.Fatalf("helper: %q", line)
 	}
-	if h.pid != cmd.Process.Pid {
-		t.Fatalf("helper says pid %d, started as %d", h.pid, cmd.Process.Pid)
+	if h.pid != h.Pid() {
+		t.Fatalf("helper says pid %d, started as %d", h.pid, h.Pid())
 	}
 	return h
 }
 
-// next is the helper's next line of output ("" once it closed stdout).
-func (h *holderProc) next(t *testing.T) string {
-	t.Helper()
-	select {
-	case l := <-h.lines:
-		return l
-	case <-time.After(guard):
-		t.Fatal("helper said nothing")
-	}
-	return ""
-}
-
 // exit closes the helper's stdin (so a holder releases) and returns its
 // exit code.
-func (h *holderProc) exit(t *testing.T) int {
-	t.Helper()
-	h.stdin.Close()
-	return h.wait(t)
-}
-
-func (h *holderProc) wait(t *testing.T) int {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- h.cmd.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() {
-				return 128 + int(ws.Signal())
-			}
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(guard):
-		t.Fatal("helper did not exit")
-	}
-	return -1
+func (h *holderProc) exit() int {
+	h.Stdin.Close()
+	return h.ExitCode()
 }
 
 // progDir holds the small Go programs built for the build-identity tests.

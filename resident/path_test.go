@@ -43,7 +43,7 @@ func TestSymlinkedStoreIsOneRole(t *testing.T) {
 	if _, err := os.Lstat(link + ".resident.lock"); !os.IsNotExist(err) {
 		t.Errorf("a lock file beside the link: %v", err)
 	}
-	if code := h.exit(t); code != 0 {
+	if code := h.exit(); code != 0 {
 		t.Fatalf("helper exited %d", code)
 	}
 }

@@ -65,7 +65,7 @@ func TestSecondAcquireIsRefusedNamingTheHolder(t *testing.T) {
 	if st.Holder.Marker != "" {
 		t.Errorf("status shows the marker")
 	}
-	if code := h.exit(t); code != 0 {
+	if code := h.exit(); code != 0 {
 		t.Fatalf("helper exited %d", code)
 	}
 	if st := mustStatus(t, storePath); st.State != store.Free || st.Holder != nil {
@@ -97,7 +97,7 @@ func TestStandbyTakesTheRoleWhenReleased(t *testing.T) {
 		t.Fatalf("standby returned while the role was held: %+v", res)
 	default:
 	}
-	if code := h.exit(t); code != 0 {
+	if code := h.exit(); code != 0 {
 		t.Fatalf("helper exited %d", code)
 	}
 	res := <-done
@@ -195,8 +195,8 @@ func TestKilledHolderLeavesAStalePayloadThatIsIgnored(t *testing.T) {
 	t.Parallel()
 	storePath := filepath.Join(t.TempDir(), "app.db")
 	h := startHolder(t, "hold", storePath, "", "marker-of-the-dead")
-	h.cmd.Process.Signal(syscall.SIGKILL)
-	if code := h.wait(t); code != 128+int(syscall.SIGKILL) {
+	h.Cmd.Process.Signal(syscall.SIGKILL)
+	if code := h.ExitCode(); code != 128+int(syscall.SIGKILL) {
 		t.Fatalf("helper exited %d", code)
 	}
 	// Its payload is still there, and still names it...
@@ -422,7 +422,7 @@ func TestStandbyTakesTheRoleOfAKilledHolder(t *testing.T) {
 		done <- r
 	}()
 	logs.waitFor(t, "waiting as a standby")
-	h.cmd.Process.Signal(syscall.SIGKILL)
+	h.Cmd.Process.Signal(syscall.SIGKILL)
 	r := <-done
 	if r == nil {
 		t.Fatal("standby did not take the role")

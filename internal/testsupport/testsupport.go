@@ -29,11 +29,19 @@ const Guard = 30 * time.Second
 // Recv receives from c, failing the test after Guard.
 func Recv[T any](t testing.TB, c <-chan T, what string) T {
 	t.Helper()
+	return RecvWithin(t, c, Guard, what)
+}
+
+// RecvWithin receives from c, failing the test after within: for the
+// bounds the contract states (a revocation seen within a second), with
+// the margin the test gives them.
+func RecvWithin[T any](t testing.TB, c <-chan T, within time.Duration, what string) T {
+	t.Helper()
 	select {
 	case v := <-c:
 		return v
-	case <-time.After(Guard):
-		t.Fatalf("timed out after %v waiting for %s", Guard, what)
+	case <-time.After(within):
+		t.Fatalf("timed out after %v waiting for %s", within, what)
 		panic("unreachable")
 	}
 }
@@ -149,9 +157,26 @@ func (h *Helper) Next() string {
 	return ""
 }
 
+// Said returns a line the helper has already said, if any, without
+// waiting; a helper that closed its stdout counts as having said "".
+func (h *Helper) Said() (string, bool) {
+	select {
+	case line := <-h.lines:
+		return line, true
+	default:
+		return "", false
+	}
+}
+
 // Expect waits for the helper's next line, checks that it starts with
 // prefix, and returns the rest.
 func (h *Helper) Expect(prefix string) string {
+	h.t.Helper()
+	return h.ExpectWithin(prefix, Guard)
+}
+
+// ExpectWithin is Expect, failing the test after within.
+func (h *Helper) ExpectWithin(prefix string, within time.Duration) string {
 	h.t.Helper()
 	select {
 	case line, ok := <-h.lines:
@@ -164,8 +189,8 @@ func (h *Helper) Expect(prefix string) string {
 			h.t.Fatalf("helper %d said %q, want %q...", h.Pid(), line, prefix)
 		}
 		return strings.TrimSpace(rest)
-	case <-time.After(Guard):
-		h.t.Fatalf("helper %d did not say %q within %v", h.Pid(), prefix, Guard)
+	case <-time.After(within):
+		h.t.Fatalf("helper %d did not say %q within %v", h.Pid(), prefix, within)
 	}
 	return ""
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -21,7 +22,7 @@ import (
 func waitWaiters(t testing.TB, s *Store, key string, n int) *store.Status {
 	t.Helper()
 	var st *store.Status
-	waitFor(t, fmt.Sprintf("%d waiters on %q", n, key), func() bool {
+	testsupport.WaitFor(t, fmt.Sprintf("%d waiters on %q", n, key), func() bool {
 		st = mustStatus(t, s, key)
 		return len(st.Waiters) == n
 	})
@@ -87,14 +88,14 @@ func TestWaitersExcludeEachOtherAndGoInArrivalOrder(t *testing.T) {
 func TestProcessesExcludeEachOther(t *testing.T) {
 	_, root := newStore(t)
 	scratch := t.TempDir()
-	var kids []*child
+	var kids []*testsupport.Helper
 	for range 3 {
 		kids = append(kids, spawn(t, "loop", root, "shared", "FILESTORE_TEST_LOOPS=15", "FILESTORE_TEST_SCRATCH="+scratch))
 	}
 	for _, c := range kids {
-		c.expect("done")
-		if err := c.wait(); err != nil {
-			t.Errorf("helper %d: %v", c.pid(), err)
+		c.Expect("done")
+		if err := c.Wait(); err != nil {
+			t.Errorf("helper %d: %v", c.Pid(), err)
 		}
 	}
 }
@@ -128,8 +129,8 @@ func TestDeadWaiterLosesItsPlaceAtOnce(t *testing.T) {
 	holder := mustAcquire(t, s, "k", claim("holder"))
 	dead := spawn(t, "hold", root, "k")
 	st := waitWaiters(t, s, "k", 1)
-	if st.Waiters[0].PID != dead.pid() {
-		t.Fatalf("first waiter is %+v, want pid %d", st.Waiters[0], dead.pid())
+	if st.Waiters[0].PID != dead.Pid() {
+		t.Fatalf("first waiter is %+v, want pid %d", st.Waiters[0], dead.Pid())
 	}
 	got := make(chan store.Lease, 1)
 	go func() {
@@ -142,7 +143,7 @@ func TestDeadWaiterLosesItsPlaceAtOnce(t *testing.T) {
 		got <- l
 	}()
 	waitWaiters(t, s, "k", 2)
-	dead.kill()
+	dead.Kill()
 	// Its entry's lock died with it: it is no longer a waiter.
 	if st := mustStatus(t, s, "k"); len(st.Waiters) != 1 || st.Waiters[0].Name != "second" {
 		t.Fatalf("waiters after the first died: %+v", st.Waiters)

@@ -347,12 +347,12 @@ func TestFullDiskNamesThePathAndLeavesNoTemp(t *testing.T) {
 	// A file size limit of one byte fails the write of the record the way a
 	// full disk would, for root too.
 	c := spawn(t, "fsize", root, "k")
-	msg := c.expect("error")
+	msg := c.Expect("error")
 	path := filepath.Join(kd, "lease")
 	if !strings.Contains(msg, path) || !strings.Contains(msg, "file too large") {
 		t.Errorf("error %q; want it to name %s and the cause", msg, path)
 	}
-	c.wait()
+	c.Wait()
 	sameSnapshot(t, before, snapshot(t, root))
 	l := mustAcquire(t, s, "k", claim("a"))
 	defer mustRelease(t, l)

@@ -1,22 +1,18 @@
 package filestore
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/storetest"
 )
@@ -127,113 +123,8 @@ func runHelper(mode string) int {
 	return 2
 }
 
-// child is a helper process.
-type child struct {
-	t     *testing.T
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-	done  chan struct{}
-	err   error // of Wait, once done is closed
-}
-
-func spawn(t *testing.T, mode, root, key string, env ...string) *child {
+// spawn starts a helper process in mode on the store at root, for key.
+func spawn(t *testing.T, mode, root, key string, env ...string) *testsupport.Helper {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperMode+"="+mode, helperRoot+"="+root, helperKey+"="+key)
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-		c.err = cmd.Wait()
-		close(c.done)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-c.done
-	})
-	return c
-}
-
-// expect waits for the child's next line and checks that it starts with
-// prefix; it returns the rest.
-func (c *child) expect(prefix string) string {
-	c.t.Helper()
-	select {
-	case line, ok := <-c.lines:
-		if !ok {
-			<-c.done
-			c.t.Fatalf("helper %d exited (%v) before saying %q", c.cmd.Process.Pid, c.err, prefix)
-		}
-		rest, found := strings.CutPrefix(line, prefix)
-		if !found {
-			c.t.Fatalf("helper %d said %q, want %q...", c.cmd.Process.Pid, line, prefix)
-		}
-		return strings.TrimSpace(rest)
-	case <-time.After(guard):
-		c.t.Fatalf("helper %d did not say %q within %v", c.cmd.Process.Pid, prefix, guard)
-	}
-	return ""
-}
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
-
-// kill SIGKILLs the child and waits until it is gone.
-func (c *child) kill() {
-	c.t.Helper()
-	c.cmd.Process.Kill()
-	c.wait()
-}
-
-func (c *child) wait() error {
-	c.t.Helper()
-	select {
-	case <-c.done:
-		return c.err
-	case <-time.After(guard):
-		c.t.Fatalf("helper %d did not exit within %v", c.pid(), guard)
-	}
-	return nil
-}
-
-// killedBy reports whether err is the exit of a process killed by sig.
-func killedBy(err error, sig syscall.Signal) bool {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return false
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == sig
-}
-
-// guard bounds every wait in these tests. It is a failure guard only: no
-// test waits it out when things work.
-const guard = 20 * time.Second
-
-// waitFor polls cond until it holds, failing the test after guard.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(guard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", guard, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	return testsupport.StartHelper(t, append([]string{helperMode + "=" + mode, helperRoot + "=" + root, helperKey + "=" + key}, env...)...)
 }

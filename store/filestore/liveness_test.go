@@ -11,14 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 )
 
 func TestDeadHolderIsTakenOverAtOnce(t *testing.T) {
 	s, root := newStore(t)
 	c := spawn(t, "hold", root, "k", helperMarker+"=tree-of-the-dead")
-	fence, _ := strconv.ParseUint(c.expect("acquired"), 10, 64)
-	c.kill()
+	fence, _ := strconv.ParseUint(c.Expect("acquired"), 10, 64)
+	c.Kill()
 	// Its lease has most of an hour to run; it is taken all the same.
 	l, h, err := s.Acquire(t.Context(), "k", claim("next"))
 	if err != nil || l == nil {
@@ -26,8 +27,8 @@ func TestDeadHolderIsTakenOverAtOnce(t *testing.T) {
 	}
 	defer mustRelease(t, l)
 	p := l.Predecessor()
-	if p == nil || p.PID != c.pid() || p.Marker != "tree-of-the-dead" || p.Fence != fence || p.Name != "helper" {
-		t.Errorf("Predecessor = %+v, want pid %d, its marker and fence %d", p, c.pid(), fence)
+	if p == nil || p.PID != c.Pid() || p.Marker != "tree-of-the-dead" || p.Fence != fence || p.Name != "helper" {
+		t.Errorf("Predecessor = %+v, want pid %d, its marker and fence %d", p, c.Pid(), fence)
 	}
 	if l.Fence() != fence+1 {
 		t.Errorf("fence %d after the dead holder's %d", l.Fence(), fence)
@@ -37,11 +38,11 @@ func TestDeadHolderIsTakenOverAtOnce(t *testing.T) {
 func TestStatusShowsDeadHolderAsFree(t *testing.T) {
 	s, root := newStore(t)
 	c := spawn(t, "hold", root, "k")
-	c.expect("acquired")
-	if st := mustStatus(t, s, "k"); st.State != store.Held || st.Holder.PID != c.pid() {
+	c.Expect("acquired")
+	if st := mustStatus(t, s, "k"); st.State != store.Held || st.Holder.PID != c.Pid() {
 		t.Fatalf("status of a live holder: %+v", st)
 	}
-	c.kill()
+	c.Kill()
 	if st := mustStatus(t, s, "k"); st.State != store.Free || st.Holder != nil {
 		t.Errorf("status of a dead holder: %+v, want free", st)
 	}
@@ -51,26 +52,26 @@ func TestStoppedHolderPastExpiryIsNotTaken(t *testing.T) {
 	clk := newClock()
 	s, root := newStore(t, Options{Now: clk.now})
 	c := spawn(t, "hold", root, "k") // its own clock: the real one, TTL an hour
-	c.expect("acquired")
-	if err := syscall.Kill(c.pid(), syscall.SIGSTOP); err != nil {
+	c.Expect("acquired")
+	if err := syscall.Kill(c.Pid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	clk.add(24 * 365 * time.Hour) // this store sees the lease long expired
 	st := mustStatus(t, s, "k")
-	if st.State != store.Expired || st.Holder.PID != c.pid() {
+	if st.State != store.Expired || st.Holder.PID != c.Pid() {
 		t.Fatalf("status of a stopped holder past expiry: %+v", st)
 	}
 	l, h, err := s.Acquire(t.Context(), "k", claim("thief"))
-	if l != nil || err != nil || h == nil || h.PID != c.pid() {
+	if l != nil || err != nil || h == nil || h.PID != c.Pid() {
 		t.Fatalf("Acquire of a stopped holder's expired lease = %v, %+v, %v; want busy", l, h, err)
 	}
 	pruned, err := s.Prune(t.Context())
 	if err != nil || len(pruned) != 0 {
 		t.Errorf("Prune with a stopped holder = %+v, %v; want nothing", pruned, err)
 	}
-	syscall.Kill(c.pid(), syscall.SIGCONT)
-	c.stdin.Close()
-	c.expect("released")
+	syscall.Kill(c.Pid(), syscall.SIGCONT)
+	c.Stdin.Close()
+	c.Expect("released")
 	mustRelease(t, mustAcquire(t, s, "k", claim("next")))
 }
 
@@ -79,8 +80,8 @@ func changed(t *testing.T, l store.Lease, what string) {
 	t.Helper()
 	select {
 	case <-l.Changes():
-	case <-time.After(guard):
-		t.Fatalf("Changes did not fire within %v after %s", guard, what)
+	case <-time.After(testsupport.Guard):
+		t.Fatalf("Changes did not fire within %v after %s", testsupport.Guard, what)
 	}
 }
 
@@ -147,20 +148,20 @@ func TestRevoke(t *testing.T) {
 func TestRevokedHolderThatDiesIsAPredecessor(t *testing.T) {
 	s, root := newStore(t)
 	c := spawn(t, "hold", root, "k", helperMarker+"=m")
-	c.expect("acquired")
+	c.Expect("acquired")
 	if ok, err := s.Revoke(t.Context(), "k"); !ok || err != nil {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
 	if ok, err := s.Revoke(t.Context(), "k"); !ok || err != nil {
 		t.Errorf("second Revoke while the holder runs = %v, %v; want true", ok, err)
 	}
-	c.kill()
+	c.Kill()
 	if ok, err := s.Revoke(t.Context(), "k"); ok || err != nil {
 		t.Errorf("Revoke after the holder died = %v, %v; want false", ok, err)
 	}
 	l := mustAcquire(t, s, "k", claim("next"))
 	defer mustRelease(t, l)
-	if p := l.Predecessor(); p == nil || p.PID != c.pid() || p.Marker != "m" {
+	if p := l.Predecessor(); p == nil || p.PID != c.Pid() || p.Marker != "m" {
 		t.Errorf("Predecessor = %+v, want the dead revoked holder", p)
 	}
 }
@@ -200,8 +201,8 @@ func TestCancel(t *testing.T) {
 func TestCancelOfADeadHolderIsFalse(t *testing.T) {
 	s, root := newStore(t)
 	c := spawn(t, "hold", root, "k")
-	c.expect("acquired")
-	c.kill()
+	c.Expect("acquired")
+	c.Kill()
 	if ok, err := s.Cancel(t.Context(), "k"); ok || err != nil {
 		t.Errorf("Cancel of a dead holder = %v, %v; want false", ok, err)
 	}
@@ -218,7 +219,7 @@ func TestCrashBeforeRenameNeverRepeatsAFence(t *testing.T) {
 	kd := keyPath(root, "k")
 	before, _ := os.ReadFile(filepath.Join(kd, "lease"))
 	c := spawn(t, "hold", root, "k", crashHook+"=1")
-	if err := c.wait(); !killedBy(err, syscall.SIGKILL) {
+	if err := c.Wait(); !testsupport.KilledBy(err, syscall.SIGKILL) {
 		t.Fatalf("the writer was to kill itself before the rename; it ended with %v", err)
 	}
 	after, _ := os.ReadFile(filepath.Join(kd, "lease"))
@@ -252,14 +253,14 @@ func TestPrune(t *testing.T) {
 	ctx := t.Context()
 	// A holder that died with its lease, which then expired.
 	dead := spawn(t, "hold", root, "dead", helperMarker+"=leftovers")
-	dead.expect("acquired")
-	dead.kill()
+	dead.Expect("acquired")
+	dead.Kill()
 	// A waiter that died in the queue of a live holder.
 	live := mustAcquire(t, s, "busy", claim("alive"))
 	defer mustRelease(t, live)
 	w := spawn(t, "hold", root, "busy")
 	waitWaiters(t, s, "busy", 1)
-	w.kill()
+	w.Kill()
 
 	clk.add(2 * time.Hour)
 	pruned, err := s.Prune(ctx)
@@ -295,17 +296,17 @@ func TestPrune(t *testing.T) {
 func TestWaiterTakesOverWhenTheHolderIsKilled(t *testing.T) {
 	s, root := newStore(t)
 	holder := spawn(t, "hold", root, "k", helperMarker+"=killed-holder")
-	holder.expect("acquired")
+	holder.Expect("acquired")
 	waiter := spawn(t, "hold", root, "k")
 	waitWaiters(t, s, "k", 1)
-	holder.kill()
+	holder.Kill()
 	// The waiter sleeps in flock on live; the holder's death wakes it.
-	if fence := waiter.expect("acquired"); fence != "2" {
+	if fence := waiter.Expect("acquired"); fence != "2" {
 		t.Errorf("waiter got fence %s, want 2", fence)
 	}
-	if st := mustStatus(t, s, "k"); st.State != store.Held || st.Holder.PID != waiter.pid() || len(st.Waiters) != 0 {
+	if st := mustStatus(t, s, "k"); st.State != store.Held || st.Holder.PID != waiter.Pid() || len(st.Waiters) != 0 {
 		t.Errorf("status after the handoff: %+v", st)
 	}
-	waiter.stdin.Close()
-	waiter.expect("released")
+	waiter.Stdin.Close()
+	waiter.Expect("released")
 }

@@ -1,17 +1,15 @@
 package storetest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -75,73 +73,20 @@ func helper(open func(string) (store.Store, error), desc string) int {
 
 // proc is a helper process.
 type proc struct {
-	t     *testing.T
-	cmd   *exec.Cmd
-	stdin io.Closer
-	lines chan string
-	done  chan struct{}
-	err   error
+	*testsupport.Helper
+	t *testing.T
 }
 
 // spawn starts a helper that waits for key on the store desc describes.
 func (b *Backend) spawn(t *testing.T, desc, key, marker string) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envHelper+"="+desc, envKey+"="+key, envMarker+"="+marker, envTTL+"="+b.TTL.String())
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 4), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.done
-	})
-	return p
-}
-
-// expect waits up to within for the helper's next line, checks that it
-// starts with prefix and returns the rest.
-func (p *proc) expect(prefix string, within time.Duration) string {
-	p.t.Helper()
-	select {
-	case line, ok := <-p.lines:
-		if !ok {
-			<-p.done
-			p.t.Fatalf("helper %d exited (%v) before saying %q", p.cmd.Process.Pid, p.err, prefix)
-		}
-		rest, found := strings.CutPrefix(line, prefix)
-		if !found {
-			p.t.Fatalf("helper %d said %q, want %q...", p.cmd.Process.Pid, line, prefix)
-		}
-		return strings.TrimSpace(rest)
-	case <-time.After(within):
-		p.t.Fatalf("helper %d did not say %q within %v", p.cmd.Process.Pid, prefix, within)
-	}
-	return ""
+	return &proc{testsupport.StartHelper(t, envHelper+"="+desc, envKey+"="+key, envMarker+"="+marker, envTTL+"="+b.TTL.String()), t}
 }
 
 // acquired waits for the helper to hold the lease and returns its fence.
 func (p *proc) acquired(within time.Duration) uint64 {
 	p.t.Helper()
-	f, err := strconv.ParseUint(p.expect("acquired ", within), 10, 64)
+	f, err := strconv.ParseUint(p.ExpectWithin("acquired ", within), 10, 64)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -151,17 +96,6 @@ func (p *proc) acquired(within time.Duration) uint64 {
 // release closes the helper's stdin and waits for it to release.
 func (p *proc) release() {
 	p.t.Helper()
-	p.stdin.Close()
-	p.expect("released", guard)
-}
-
-// kill SIGKILLs the helper and waits until it is reaped.
-func (p *proc) kill() {
-	p.t.Helper()
-	p.cmd.Process.Kill()
-	select {
-	case <-p.done:
-	case <-time.After(guard):
-		p.t.Fatalf("helper %d did not die", p.cmd.Process.Pid)
-	}
+	p.Stdin.Close()
+	p.Expect("released")
 }

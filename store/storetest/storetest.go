@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -138,17 +139,6 @@ func waitAsync(t *testing.T, s store.Store, key string, c store.Claim, within ti
 	return got
 }
 
-func recv[T any](t *testing.T, c <-chan T, within time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(within):
-		t.Fatalf("timed out after %v waiting for %s", within, what)
-		panic("unreachable")
-	}
-}
-
 func testAcquireContendNoWait(t *testing.T, b *Backend) {
 	s, desc := b.New(t)
 	l := acquire(t, s, "k", b.claim("first"))
@@ -224,24 +214,22 @@ func testFIFOWithDeadWaiter(t *testing.T, b *Backend) {
 	waitWaiters(t, s, "q", 1)
 	second := waitAsync(t, s, "q", b.claim("second"), b.deadWithin())
 	waitWaiters(t, s, "q", 2)
-	dead.kill()
+	dead.Kill()
 	third := b.spawn(t, desc, "q", "")
 	waitStatus(t, s, "q", "the third waiter last", func(st *store.Status) bool {
 		n := len(st.Waiters)
-		return n >= 2 && st.Waiters[n-1].PID == third.cmd.Process.Pid && st.Waiters[n-2].Name == "second"
+		return n >= 2 && st.Waiters[n-1].PID == third.Pid() && st.Waiters[n-2].Name == "second"
 	})
 	release(t, holder)
-	l := recv(t, second, b.deadWithin(), "the second waiter to acquire, before the third and in place of the dead one")
+	l := testsupport.RecvWithin(t, second, b.deadWithin(), "the second waiter to acquire, before the third and in place of the dead one")
 	if l == nil {
 		t.FailNow()
 	}
 	if l.Fence() <= holder.Fence() {
 		t.Errorf("fence %d after %d", l.Fence(), holder.Fence())
 	}
-	select {
-	case line := <-third.lines:
+	if line, said := third.Said(); said {
 		t.Fatalf("the third waiter said %q while the second holds", line)
-	default:
 	}
 	release(t, l)
 	if f := third.acquired(guard); f <= l.Fence() {
@@ -267,7 +255,7 @@ func testFencesRise(t *testing.T, b *Backend) {
 	release(t, take("after revoke"))
 	h := b.spawn(t, desc, "f", "")
 	fences = append(fences, h.acquired(guard))
-	h.kill()
+	h.Kill()
 	ctx, cancel := context.WithTimeout(t.Context(), b.deadWithin())
 	defer cancel()
 	after, _, err := s.Acquire(ctx, "f", b.claim("after death"))
@@ -324,7 +312,7 @@ func testChangesWithinASecond(t *testing.T, b *Backend) {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
 	start := time.Now()
-	recv(t, l.Changes(), changeBound, "Changes after a revocation")
+	testsupport.RecvWithin(t, l.Changes(), changeBound, "Changes after a revocation")
 	t.Logf("revocation seen after %v", time.Since(start))
 	if _, err := l.Check(t.Context()); !errors.Is(err, store.ErrLost) {
 		t.Errorf("Check after the change = %v, want ErrLost", err)
@@ -355,7 +343,7 @@ func testCancel(t *testing.T, b *Backend) {
 	if ok, err := s.Cancel(t.Context(), "x"); !ok || err != nil {
 		t.Fatalf("Cancel = %v, %v", ok, err)
 	}
-	recv(t, l.Changes(), changeBound, "Changes after a cancel request")
+	testsupport.RecvWithin(t, l.Changes(), changeBound, "Changes after a cancel request")
 	if req, err := l.Check(t.Context()); err != nil || req != store.RequestCancel {
 		t.Errorf("Check after Cancel = %v, %v; want RequestCancel", req, err)
 	}
@@ -387,7 +375,7 @@ func testCancelledWait(t *testing.T, b *Backend) {
 	}()
 	waitWaiters(t, s, "w", 1)
 	cancel(why)
-	if err := recv(t, done, guard, "the cancelled Acquire to return"); !errors.Is(err, why) {
+	if err := testsupport.RecvWithin(t, done, guard, "the cancelled Acquire to return"); !errors.Is(err, why) {
 		t.Errorf("cancelled Acquire = %v, want the context's cause", err)
 	}
 	if st := status(t, s, "w"); len(st.Waiters) != 0 {
@@ -453,8 +441,8 @@ func testLeftoversHandedOn(t *testing.T, b *Backend) {
 	const marker = "STORETEST_TREE=dead-holder"
 	dead := b.spawn(t, desc, "l", marker)
 	deadFence := dead.acquired(guard)
-	deadPID := dead.cmd.Process.Pid
-	dead.kill()
+	deadPID := dead.Pid()
+	dead.Kill()
 	host, _ := os.Hostname()
 	ctx, cancel := context.WithTimeout(t.Context(), b.deadWithin())
 	defer cancel()
