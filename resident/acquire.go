@@ -131,6 +131,9 @@ func Acquire(ctx context.Context, storePath string, c Claim) (*Role, *Refusal, e
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Clock == nil {
+		c.Clock = store.BootTime // the waits run on it, as the keeper does
+	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -162,13 +165,16 @@ type attempt struct {
 	reqID    string
 	asked    uint64
 	pending  bool // no answer yet
-	reqUntil time.Time
+	reqUntil time.Duration // on c.Clock
 
 	standbyFor uint64 // fence of the holder the standby log line was for
 }
 
 func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
-	var unsettled time.Time
+	var (
+		settling  bool          // a locked role has no live holder recorded
+		unsettled time.Duration // since when, on c.Clock
+	)
 	pause := time.Millisecond
 	for {
 		if ctx.Err() != nil {
@@ -217,10 +223,10 @@ func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
 			// Locked, but no live holder announced: the role is being taken
 			// or released, a prober holds the lock for an instant, or the
 			// payload is corrupt. Give it settleFor to become one or the other.
-			if unsettled.IsZero() {
-				unsettled = time.Now()
+			if !settling {
+				settling, unsettled = true, a.c.Clock()
 			}
-			if time.Since(unsettled) >= settleFor {
+			if a.c.Clock()-unsettled >= settleFor {
 				if corrupt != nil {
 					return nil, nil, corrupt // S6: never start on what cannot be read
 				}
@@ -239,7 +245,7 @@ func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
 			pause = min(2*pause, safetyNet)
 			continue
 		}
-		unsettled, pause = time.Time{}, time.Millisecond
+		settling, pause = false, time.Millisecond
 
 		wait, ref, err := a.decide(pl)
 		if ref != nil || err != nil {
@@ -279,7 +285,7 @@ func (a *attempt) decide(pl payload) (time.Duration, *Refusal, error) {
 			a.log.Info("the holder refused to hand over; waiting as a standby", "holder_pid", pl.PID, "reason", r.Reason)
 			return safetyNet, nil, nil
 		}
-		left := time.Until(a.reqUntil)
+		left := a.reqUntil - a.c.Clock()
 		if left > 0 {
 			return min(safetyNet, left), nil, nil
 		}
@@ -371,9 +377,6 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 		return nil, err
 	}
 	clock := a.c.Clock
-	if clock == nil {
-		clock = store.BootTime
-	}
 	r := &Role{
 		paths: a.p, fence: fence, ttl: a.c.TTL, now: a.c.Now, pred: pred,
 		clock: clock, term: store.Term{Start: clock(), TTL: a.c.TTL},
@@ -407,7 +410,7 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 // ask sends a handover request to the holder of pl.
 func (a *attempt) ask(pl payload) error {
 	a.reqID, a.asked, a.pending = randomID(), pl.Fence, true
-	a.reqUntil = time.Now().Add(a.c.HandoverWait)
+	a.reqUntil = a.c.Clock() + a.c.HandoverWait
 	a.log.Info("asking the holder to hand over to a newer build", "holder_pid", pl.PID,
 		"holder_build", describeBuild(&pl.Build), "build", describeBuild(&a.c.Build))
 	return sendRequest(a.p.handover, request{
