@@ -164,7 +164,7 @@ type attempt struct {
 	// The handover request sent, if any: to the holder with fence asked.
 	reqID    string
 	asked    uint64
-	pending  bool // no answer yet
+	pending  bool          // no answer yet
 	reqUntil time.Duration // on c.Clock
 
 	standbyFor uint64 // fence of the holder the standby log line was for
