@@ -82,7 +82,10 @@ type harness struct {
 	stamp    string   // path of the stamp program, "" when it could not be built
 	stampErr error
 	fencerun *tool
-	flock    *tool
+	// fencerunOff is fencerun without a cgroup (--cgroup off): what the
+	// containment costs is fencerun's figures next to its.
+	fencerunOff *tool
+	flock       *tool
 	populate string // path of the populate program; "" when it did not build
 
 	notes []string // said under the table: how figures were taken, what went wrong
@@ -110,6 +113,7 @@ func newHarness(cfg config) (*harness, error) {
 
 	bin, err := h.buildFencerun()
 	h.fencerun = h.fencerunTool(bin, err)
+	h.fencerunOff = h.fencerunTool(bin, err, "--cgroup", "off")
 	if err == nil {
 		h.populate = h.buildPopulate()
 	}

@@ -87,9 +87,16 @@ func (h *harness) measure() []row {
 	h.calibrate()
 	file := h.filePair("P1")
 	rows := h.uncontended(file)
+	// What containment costs at start and stop: the cgroup (the default
+	// where one can be made) next to --cgroup off.
+	contained := h.uncontended(pair{id: "P1", subj: h.fencerun, peer: h.fencerunOff})
+	contained[0].figure = "uncontended `run --key k -- true`, wall time: cgroup (auto) vs `--cgroup off`"
+	contained[0].goal = goal{text: "—"}
+	rows = append(rows, contained[0])
 	file.id = "P2"
 	rows = append(rows, h.handoff(file), h.handoffRate(file))
-	rows = append(rows, h.revoke()...)
+	rows = append(rows, h.revoke(h.fencerun, atMost(0.100, seconds))...)
+	rows = append(rows, h.revoke(h.fencerunOff, goal{text: "—"})...)
 	rows = append(rows, h.hold()...)
 	rows = append(rows, h.keys()...)
 	return rows

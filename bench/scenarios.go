@@ -320,12 +320,13 @@ func (h *harness) loopRound(t *tool, l lockSpec) (float64, error) {
 }
 
 // revoke is P3: from issuing `release --force` to the holder's whole tree
-// (its shell and two background sleeps) being dead, watched by pidfds.
-func (h *harness) revoke() []row {
-	h.progress("P3 release --force")
-	dead := newRow("P3", "`release --force` issued → holder's whole tree dead", seconds, "", atMost(0.100, seconds))
-	wall := newRow("P3", "`release --force` command, wall time", seconds, "", goal{text: "—"})
-	tools, samples := []*tool{h.fencerun}, []*sample{dead.subj}
+// (its shell and two background sleeps) being dead, watched by pidfds, for
+// fencerun run as t.
+func (h *harness) revoke(t *tool, g goal) []row {
+	h.progress("P3 release --force, %s", t.name)
+	dead := newRow("P3", "`release --force` issued → holder's whole tree dead ("+t.name+")", seconds, "", g)
+	wall := newRow("P3", "`release --force` command, wall time ("+t.name+")", seconds, "", goal{text: "—"})
+	tools, samples := []*tool{t}, []*sample{dead.subj}
 	specs := h.specs("p3", tools, samples)
 	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool, rec bool) (float64, error) {
 		d, w, err := h.revokeOnce(t, specs[j])

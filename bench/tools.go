@@ -37,10 +37,12 @@ type tool struct {
 	cli func(l lockSpec, args ...string) []string
 }
 
-func (h *harness) fencerunTool(bin string, buildErr error) *tool {
-	t := &tool{name: "fencerun", err: buildErr}
+// fencerunTool is fencerun on the file backend; runFlags are given to each
+// run (and name the tool).
+func (h *harness) fencerunTool(bin string, buildErr error, runFlags ...string) *tool {
+	t := &tool{name: strings.Join(append([]string{"fencerun"}, runFlags...), " "), err: buildErr}
 	t.argv = func(l lockSpec, cmd ...string) []string {
-		argv := []string{bin, "--dir", l.dir, "run", "--key", l.key}
+		argv := append([]string{bin, "--dir", l.dir, "run", "--key", l.key}, runFlags...)
 		if l.ttl > 0 {
 			argv = append(argv, "--ttl", l.ttl.String())
 		}

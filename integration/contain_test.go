@@ -383,10 +383,17 @@ func (cg *testCgroup) start(t *testing.T, c *exec.Cmd) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	c.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(d.Fd())}
+	c.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(d.Fd()), Setsid: c.SysProcAttr != nil && c.SysProcAttr.Setsid}
 	if err := c.Start(); err != nil {
 		t.Fatalf("%v: %v", c.Args, err)
 	}
+}
+
+// startSession is start with c leading a session of its own.
+func (cg *testCgroup) startSession(t *testing.T, c *exec.Cmd) {
+	t.Helper()
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cg.start(t, c)
 }
 
 // populated reports whether a live process is left in the cgroup or below.
@@ -475,5 +482,35 @@ func TestPidNamespaceWithoutItsProc(t *testing.T) {
 				t.Error("a process outside the namespace was stopped")
 			}
 		})
+	}
+}
+
+// Without cgroups, when fencerun leads its session (setsid fencerun, a
+// systemd service), a leftover that left the command's group (setpgid)
+// and cleared its environment is still found after a SIGKILL of the
+// wrapper: it is in the session the record names.
+func TestLeftoverInTheWrappersSessionWithoutCgroup(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	cg := newTestCgroup(t)
+	c := s.fencerun("holder", "run", "--key", "job", "--cgroup", "off", "--", "sh", "-c",
+		`env -i /usr/bin/perl -e 'setpgrp(0, 0); open(F, ">", "pg.tmp"); print F "$$\n"; close F; rename "pg.tmp", "pg.pid"; sleep 1000' & wait`)
+	cg.startSession(t, c)
+	pid := readPids(waitPidFile(t, s.path("pg.pid")))[0]
+	if q := procStat(pid); len(q) < 3 || q[2] != strconv.Itoa(pid) {
+		t.Fatalf("the leftover did not leave the command's group: %v", q)
+	}
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	exitOf(t, c)
+	if !alive(pid) {
+		t.Fatal("the leftover died with the wrapper: the scenario did not happen")
+	}
+	if code := s.run("next", "run", "--key", "job", "--cgroup", "off", "--grace", "1s", "--", "true"); code != 0 {
+		t.Fatalf("next holder: exit %d", code)
+	}
+	if alive(pid) {
+		t.Errorf("the leftover %d in the dead wrapper's session is still alive", pid)
 	}
 }
