@@ -10,7 +10,7 @@
 // fair share of what holding a lease costs (P4).
 //
 //go:debug updatemaxprocs=0
-package main
+package cli
 
 import (
 	"context"

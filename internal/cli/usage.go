@@ -1,4 +1,4 @@
-package main
+package cli
 
 // What fencerun says about itself: help, usage, version, and the logger
 // every line on stderr goes through.

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // Shell completion and the manual page, both made from the kong model
 // that --help shows, by libraries built for kong: completions by

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The long help of each command: what it means, not only how to call it
 // (SPEC.md: --help explains the semantics).
