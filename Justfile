@@ -8,8 +8,8 @@ version := `git describe --tags --always --dirty 2>/dev/null || echo devel`
 # Build ./bin/fencerun and ./bin/fencerun-etcd (the etcd backend, which
 # fencerun execs for --etcd), stamped with the version.
 build:
-    CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version={{version}}" -o bin/fencerun ./cmd/fencerun
-    CGO_ENABLED=0 go build -trimpath -tags fencerun_etcd -ldflags "-X main.version={{version}}" -o bin/fencerun-etcd ./cmd/fencerun
+    CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/fencerun/fencerun/internal/cli.version={{version}}" -o bin/fencerun ./cmd/fencerun
+    CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/fencerun/fencerun/internal/cli.version={{version}}" -o bin/fencerun-etcd ./cmd/fencerun-etcd
 
 # The manual page, docs/fencerun.1, from the command model (a test fails when it is stale).
 man:

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	bin = filepath.Join(dir, "fencerun")
 	// Both binaries, side by side as installed: fencerun execs
 	// fencerun-etcd for --etcd.
-	for _, b := range [][]string{{"-o", bin, "../cmd/fencerun"}, {"-tags", "fencerun_etcd", "-o", filepath.Join(dir, "fencerun-etcd"), "../cmd/fencerun"}} {
+	for _, b := range [][]string{{"-o", bin, "../cmd/fencerun"}, {"-o", filepath.Join(dir, "fencerun-etcd"), "../cmd/fencerun-etcd"}} {
 		build := exec.Command("go", append([]string{"build"}, b...)...)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {

@@ -1,15 +1,14 @@
-// Command fencerun runs a command only while it holds a lease, and stops the
-// command's whole process tree the moment the lease is lost. See SPEC.md for
-// the contract and README.md for the decisions taken where it is silent.
+// Package cli is fencerun's command line, shared by the two binaries:
+// cmd/fencerun (the file backend) and cmd/fencerun-etcd (the same, with
+// the etcd backend linked in). See README.md for the decisions taken where
+// the product contract is silent.
 //
 // This package is wiring only: one kong struct per command, each with a Run
-// method; the work is done by store/, fence/, supervisor/ and resident/.
-//
-// fencerun has no use for a GOMAXPROCS that follows cgroup limits: without
-// the setting below the runtime re-reads them every second, which is a
-// fair share of what holding a lease costs (P4).
-//
-//go:debug updatemaxprocs=0
+// method; the work is done by store/, fence/, fenced/, supervisor/ and
+// resident/. It never links the etcd client itself: a binary that has it
+// passes an EtcdOpener to Main, and one that does not execs fencerun-etcd
+// for --etcd, so that the file backend's start-up does not pay for the
+// client's package initialisation (P1).
 package cli
 
 import (
@@ -61,15 +60,13 @@ type CLI struct {
 	Man        ManCmd        `cmd:"" hidden:"" help:"Print the manual page fencerun(1) in roff (just man writes docs/fencerun.1)."`
 }
 
-func main() {
-	os.Exit(Main(os.Args[1:]))
-}
-
 // openEtcd is the etcd backend, in the binary that links it.
 var openEtcd EtcdOpener
 
-// Main runs fencerun with args and returns its exit code.
-func Main(args []string) int {
+// Main runs fencerun with args and returns its exit code. etcd opens the
+// etcd backend; nil (fencerun) execs fencerun-etcd when --etcd is given.
+func Main(args []string, etcd EtcdOpener) int {
+	openEtcd = etcd
 	// Inside a fenced command, FENCERUN_KEY and FENCERUN_RESIDENT describe
 	// the enclosing lease (SPEC.md: what the command is given). Read as the
 	// --key and --resident of a nested fencerun, they would make it queue

@@ -201,7 +201,7 @@ func (h *HelpCmd) Run(k *kong.Kong) error {
 	return nil
 }
 
-// version is set at build time: -ldflags "-X main.version=v1.2.3".
+// version is set at build time: -ldflags "-X github.com/fencerun/fencerun/internal/cli.version=v1.2.3".
 var version = "devel"
 
 // versionFlag is --version and -V: what `fencerun version` prints.

@@ -6,7 +6,7 @@
 // It guarantees that a parsed value is never negative and never over Max (a
 // year): a larger value is refused, never wrapped or clamped, whatever its
 // spelling (`2562047h47m`, near the largest time.Duration, is refused like
-// `9000h`). cmd/fencerun registers Parse as kong's mapper for every
+// `9000h`). internal/cli registers Parse as kong's mapper for every
 // time.Duration flag and environment variable, so a flag added later gets
 // the same reading without asking; a wait that may be `forever` is a Wait.
 //

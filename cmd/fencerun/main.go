@@ -1,0 +1,20 @@
+// Command fencerun runs a command only while it holds a lease, and stops the
+// command's whole process tree the moment the lease is lost. The command
+// line is package internal/cli; this binary carries the file backend and
+// execs fencerun-etcd (cmd/fencerun-etcd) for --etcd, so that it never
+// links the etcd client.
+//
+// fencerun has no use for a GOMAXPROCS that follows cgroup limits: without
+// the setting below the runtime re-reads them every second, which is a
+// fair share of what holding a lease costs (P4).
+//
+//go:debug updatemaxprocs=0
+package main
+
+import (
+	"os"
+
+	"github.com/fencerun/fencerun/internal/cli"
+)
+
+func main() { os.Exit(cli.Main(os.Args[1:], nil)) }
