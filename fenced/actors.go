@@ -214,9 +214,33 @@ func (r *requests) execute() error {
 
 func (r *requests) interrupt(error) { close(r.done) }
 
+// Fatal are the signals that would kill fencerun with a Go stack dump
+// and its tree left behind (SIGABRT is systemd's watchdog signal); sent to
+// it, they stop the command's tree, release and end the run as Killed
+// (S7). The caller subscribes them into Config.Signals.
+var Fatal = []os.Signal{syscall.SIGABRT, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL,
+	syscall.SIGFPE, syscall.SIGTRAP, syscall.SIGSYS}
+
+func fatal(s os.Signal) bool {
+	for _, f := range Fatal {
+		if s == f {
+			return true
+		}
+	}
+	return false
+}
+
+// fatalError ends the group when a Fatal signal came while the command
+// ran: it is stopped as on any interruption (stop signal, SIGCONT, grace,
+// SIGKILL).
+type fatalError struct{ sig syscall.Signal }
+
+func (e *fatalError) Error() string { return "fencerun got " + unix.SignalName(e.sig) }
+
 // signals forwards the signals fencerun caught (S7) to the command's group
 // once it runs, until its tree is gone; the command decides what they
-// mean. Before the start they are the command actor's.
+// mean. A Fatal signal is not forwarded: it ends the group, which stops the
+// command. Before the start they are the command actor's.
 type signals struct {
 	in   <-chan os.Signal
 	cmd  *command
@@ -233,6 +257,9 @@ func (s *signals) execute() error {
 	for {
 		select {
 		case sig := <-s.in:
+			if fatal(sig) {
+				return &fatalError{sig.(syscall.Signal)}
+			}
 			s.log.Debug("forwarding signal", "signal", logfield.Signal(sig.(syscall.Signal)))
 			_ = s.cmd.proc.Signal(sig.(syscall.Signal))
 		case <-s.done:

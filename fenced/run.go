@@ -59,7 +59,8 @@ type Config struct {
 	// for a fencerun there.
 	StopLeftovers func(ctx context.Context, trees []store.Leftover) (elsewhere bool, err error)
 	// Signals are the signals fencerun catches (S7), already subscribed
-	// by the caller so that none is lost before Run.
+	// by the caller so that none is lost before Run: those it forwards,
+	// and the Fatal ones.
 	Signals <-chan os.Signal
 	// Ticks, if not nil, is served while the command runs.
 	Ticks Ticks
@@ -115,6 +116,10 @@ const (
 	Stuck
 	// TimedOut: the command ran past Timeout.
 	TimedOut
+	// Killed: a Fatal signal (Outcome.Signal) came while the command ran;
+	// its tree was stopped. fencerun exits 128+N whatever the command's
+	// own status (S7).
+	Killed
 	// Failed: fencerun itself failed (Outcome.Err).
 	Failed
 )
@@ -124,7 +129,7 @@ type Outcome struct {
 	End End
 	// Status is how the command's direct child ended, when it ran.
 	Status supervisor.Status
-	// Signal is the signal that ended an Interrupted run.
+	// Signal is the signal that ended an Interrupted or Killed run.
 	Signal syscall.Signal
 	// Err says why for NotAcquired, NotStarted and Failed.
 	Err error
@@ -256,12 +261,18 @@ func outcome(err, keeperErr error, cmd *command, cfg *Config, log hclog.Logger) 
 	var (
 		end     *fence.EndError
 		intr    *interruptedError
+		fatal   *fatalError
 		started *startError
 		out     = Outcome{End: Exited, Status: cmd.status}
 	)
 	switch {
 	case errors.As(err, &intr):
 		return Outcome{End: Interrupted, Signal: intr.sig}
+	case errors.As(err, &fatal):
+		// Whatever else happened meanwhile, a fatal signal says how
+		// fencerun ends (S7).
+		log.Warn("fencerun got a fatal signal; the command was stopped", "signal", logfield.Signal(fatal.sig))
+		return Outcome{End: Killed, Signal: fatal.sig, Status: cmd.status}
 	case errors.As(err, &started):
 		return Outcome{End: NotStarted, Err: started.err}
 	case errors.Is(err, errTimeout):

@@ -276,6 +276,27 @@ func TestSignalsForwarded(t *testing.T) {
 	}
 }
 
+// S7: a fatal signal while the command runs is not forwarded: the tree is
+// stopped with the grace and the run ends Killed by it, whatever the
+// command's own status.
+func TestFatalSignalStopsTheTree(t *testing.T) {
+	h := newHarness().run()
+	testsupport.Recv(t, h.started, "the start")
+	h.signals <- syscall.SIGABRT
+	if g := testsupport.Recv(t, h.proc.stops, "the stop"); g != grace {
+		t.Fatalf("stopped with grace %v, want %v", g, grace)
+	}
+	h.proc.exit <- supervisor.Status{Code: 0}
+	if o := h.outcome(t); o.End != fenced.Killed || o.Signal != syscall.SIGABRT {
+		t.Fatalf("outcome = %+v, want Killed by SIGABRT", o)
+	}
+	select {
+	case s := <-h.proc.sigs:
+		t.Errorf("forwarded %v to the command", s)
+	default:
+	}
+}
+
 // --timeout counts from the start on the injected clock.
 func TestTimeout(t *testing.T) {
 	h := newHarness()

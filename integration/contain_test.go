@@ -514,3 +514,73 @@ func TestLeftoverInTheWrappersSessionWithoutCgroup(t *testing.T) {
 		t.Errorf("the leftover %d in the dead wrapper's session is still alive", pid)
 	}
 }
+
+// stubbornTree is a command whose descendant left the group and ignores
+// TERM; it writes that descendant's pid to stubborn.pid.
+const stubbornTree = `setsid sh -c 'trap "" TERM; echo $$ > stubborn.tmp; mv stubborn.tmp stubborn.pid; while :; do sleep 1; done' & sleep 1000`
+
+// S7: each fatal signal sent to fencerun with kill stops the tree (the
+// TERM-ignoring descendant that left the group included), releases, and
+// exits 128+N, without a Go stack dump.
+func TestFatalSignalsStopTheTree(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGABRT, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL,
+		syscall.SIGFPE, syscall.SIGTRAP, syscall.SIGSYS} {
+		t.Run(unixName(sig), func(t *testing.T) {
+			t.Parallel()
+			s := newSandbox(t)
+			cg := newTestCgroup(t)
+			c := s.fencerun("holder", "run", "--key", "job", "--grace", "0.2s", "--", "sh", "-c", stubbornTree)
+			cg.start(t, c)
+			stubborn := readPids(waitPidFile(t, s.path("stubborn.pid")))[0]
+			if err := c.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if code := exitOf(t, c); code != 128+int(sig) {
+				t.Errorf("exit %d, want %d", code, 128+int(sig))
+			}
+			if alive(stubborn) || cg.populated(t) {
+				t.Errorf("processes left: %v", cg.procs(t))
+			}
+			if log, _ := os.ReadFile(s.path("holder.log")); strings.Contains(string(log), "goroutine ") {
+				t.Errorf("a stack dump:\n%s", log)
+			}
+			if st := s.status("job"); st.State != "free" {
+				t.Errorf("key %s after the signal, want free", st.State)
+			}
+		})
+	}
+}
+
+// S7: a closed stderr never kills fencerun: with its reader gone before
+// the first log line, a run past --timeout still stops its tree (the
+// TERM-ignoring descendant included), releases and exits 124, not 141.
+func TestClosedStderr(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	cg := newTestCgroup(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fencerun(s.state, "run", "--key", "job", "--grace", "0.2s", "--timeout", "0.3s", "--", "sh", "-c", stubbornTree+" 2>/dev/null")
+	c.Dir = s.work
+	c.Env = append(c.Env, s.mark)
+	c.Stdout, c.Stderr = w, w
+	r.Close() // the reader is gone: every write to stderr fails with EPIPE
+	cg.start(t, c)
+	w.Close()
+	stubborn := readPids(waitPidFile(t, s.path("stubborn.pid")))[0]
+	if code := exitOf(t, c); code != 124 {
+		t.Errorf("exit %d, want 124", code)
+	}
+	if alive(stubborn) || cg.populated(t) {
+		t.Errorf("processes left: %v", cg.procs(t))
+	}
+	if st := s.status("job"); st.State != "free" {
+		t.Errorf("key %s, want free", st.State)
+	}
+}
+
+func unixName(sig syscall.Signal) string {
+	return strings.ToUpper(strings.ReplaceAll(sig.String(), " ", "-"))
+}

@@ -6,13 +6,30 @@
 // the calling process a child subreaper, so that descendants that leave the
 // group (setsid, double fork) are reparented to it rather than to init.
 //
-// The command's tree is found among the descendants of this process: the
-// command's process group; the processes reparented to this process after
-// the command started (see below); every descendant carrying the run's
-// Marker in its environment; and everything below any of those.
-// Process.Stop, Process.Wait and Process.Signal act on the tree as it is at
-// each moment. StopLeftovers, for a run whose wrapper died, reads the whole
-// of /proc instead: every process carrying the marker, and its descendants.
+// With Config.Cgroup (a path below the Hierarchy FindHierarchy found), the
+// command is started directly into a cgroup v2 of its own (clone3 with
+// CLONE_INTO_CGROUP: not one instruction runs outside it), and the tree is
+// exactly the cgroup and the cgroups below it: stopping ends with
+// cgroup.kill, which no fork can outrun, and the tree is gone when
+// cgroup.events says "populated 0" (woken by inotify, not by reading
+// /proc). The cgroup is removed once empty.
+//
+// Without one, the command's tree is found among the descendants of this
+// process: the command's process group; the processes reparented to this
+// process after the command started (see below); every descendant carrying
+// the run's Marker in its environment; and everything below any of those.
+// Stopping it freezes it before SIGKILL (SIGSTOP to every member, read
+// again until only stopped members are found, twice alike), and it counts
+// as gone only after two readings in a row find nothing and no orphan was
+// reparented here in between: a process that forks in a loop cannot slip
+// between two readings.
+//
+// StopLeftovers, for a run whose wrapper died, stops a store.Leftover: its
+// cgroup where it had one (exact), else every process of the host carrying
+// its marker (checked to have the form package fence gives out), in its
+// process group or in its session (each id checked against the leader's
+// start time, so a reused id is never signalled), and their descendants.
+// It never acts on another host's leftovers.
 //
 // It guarantees:
 //
@@ -20,11 +37,13 @@
 //     process of the tree is gone; leftovers of a command that exited by
 //     itself are stopped first (stop signal, SIGCONT, grace, SIGKILL). The
 //     processes it reparented are reaped, by pid, never by wait(-1): other
-//     children of the program are left to whoever started them.
+//     children of the program are left to whoever started them (except in
+//     a pid namespace without its own /proc, below).
 //   - Stop sends the stop signal, then SIGCONT, to every process of the
 //     tree, and SIGKILL to whatever of it is left at the end of the grace,
-//     measured on CLOCK_BOOTTIME (a suspend counts). Processes forked after
-//     the stop signal (a trap's cleanup) are left to finish until then.
+//     measured on Config.Clock (CLOCK_BOOTTIME: a suspend counts).
+//     Processes forked after the stop signal (a trap's cleanup) are left to
+//     finish until then.
 //   - The direct child has Pdeathsig SIGKILL, set from an OS thread that
 //     lives until the child is reaped (go.dev/issue/27505): if this process
 //     is SIGKILLed, the command dies at once.
@@ -33,24 +52,30 @@
 //     it is never stopped by SIGTTIN or SIGTTOU) and the foreground is given
 //     back at the end of Wait. In the background it grabs nothing.
 //   - Waiting is done by the kernel: waitid on the direct child, SIGCHLD,
-//     and poll on pidfds while stopping. Nothing polls on a timer (unless
-//     pidfds cannot be had). The tree is read from /proc by Signal and Owns,
-//     and while stopping only at the start, when the processes it knew are
+//     poll on pidfds or on the cgroup's events, and a timerfd for the
+//     grace. Nothing polls on a timer (unless pidfds cannot be had). The
+//     tree is read from /proc by Signal and Owns, and while stopping
+//     without a cgroup only at the start, when the processes it knew are
 //     all gone, and when the grace ends.
+//   - In a pid namespace whose /proc is another namespace's (unshare --pid
+//     --fork without --mount-proc), /proc is never read for the tree: as
+//     the namespace's init the tree is the whole namespace (kill(-1), and
+//     wait4(-1) until no child is left); otherwise the process group and
+//     the cgroup, if any. See pidns_linux.go.
 //
 // It does not guarantee:
 //
-//   - that a process is found that is not below this one: started on the
-//     command's request by a daemon outside the tree (systemd-run, at,
-//     docker), even with a copy of the command's environment, while this
-//     process lives; StopLeftovers finds it later only if it carries the
-//     marker;
-//   - that StopLeftovers finds a leftover that cleared or rewrote its
-//     environment and was reparented to init when its wrapper died;
+//   - that a process is found that is not below this one (without a
+//     cgroup) or not in the cgroup: started on the command's request by a
+//     daemon outside the tree (systemd-run, at, docker);
+//   - without a cgroup, that StopLeftovers finds a leftover that left the
+//     command's process group (and the wrapper's session, if it led one)
+//     and cleared or rewrote its environment, and was reparented to init
+//     when its wrapper died; a cgroup finds it;
 //   - that processes running as another user (sudo -u, su) can be stopped
-//     by a wrapper that is not root: their environment cannot be read and
-//     signals to them fail; Stop logs them and does not wait for them, and
-//     StopLeftovers returns an error naming them;
+//     by a wrapper that is not root without a cgroup: their environment
+//     cannot be read and signals to them fail; Stop logs them and does not
+//     wait for them, and StopLeftovers returns an error naming them;
 //   - job control: a command stopped by Ctrl-Z (SIGTSTP) stays stopped, and
 //     this process goes on waiting for it.
 //

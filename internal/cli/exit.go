@@ -37,6 +37,8 @@ func runExit(o fenced.Outcome, conflict int) error {
 			return exitCode(exitSignal + int(o.Status.Signal))
 		}
 		return exitCode(o.Status.Code)
+	case fenced.Killed:
+		return exitCode(exitSignal + int(o.Signal)) // fenced said why
 	case fenced.Interrupted:
 		return &expectedError{code: exitSignal + int(o.Signal), err: fmt.Errorf("interrupted by %s", unix.SignalName(o.Signal))}
 	case fenced.NotAcquired:

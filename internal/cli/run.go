@@ -160,10 +160,15 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return notStarted(err)
 	}
-	// Signals are caught from here on: one while waiting ends the wait.
+	// Signals are caught from here on: one while waiting ends the wait. The
+	// fatal ones too, so that none kills fencerun with its tree left (S7).
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	signal.Notify(sigs, append(forwarded, fenced.Fatal...)...)
 	defer signal.Stop(sigs)
+	// A closed stderr must not kill fencerun at its next log line: with
+	// SIGPIPE caught, the write only fails, and the logger drops it
+	// (quietWriter). The command gets SIGPIPE's default back at exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	ticks, err := g.listenTicks(g.log.Named("tick"))
 	if err != nil {

@@ -36,9 +36,20 @@ func newLogger(o logOptions) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:       "fencerun",
 		Level:      level,
-		Output:     os.Stderr,
+		Output:     quietWriter{os.Stderr},
 		JSONFormat: o.json,
 	})
+}
+
+// quietWriter drops what cannot be written: a closed stderr (a pipe whose
+// reader is gone) must neither kill fencerun nor change how a run ends
+// (S7). fencerun catches SIGPIPE while it runs a command, so the write only
+// fails.
+type quietWriter struct{ w io.Writer }
+
+func (q quietWriter) Write(b []byte) (int, error) {
+	_, _ = q.w.Write(b)
+	return len(b), nil
 }
 
 // earlyLogOptions reads the logging flags before kong parses anything, so
