@@ -61,13 +61,26 @@ func (e *startError) Unwrap() error { return e.err }
 
 func (c *command) execute(ctx context.Context) error {
 	defer close(c.gone)
-	// Until the command starts, the signals are this actor's: a stop
-	// request or a signal means it never starts, and whichever came first
-	// says why. The leftovers are stopped to the end all the same.
+	if start, err := c.prepare(ctx); !start {
+		return err
+	}
+	p, err := c.cfg.Start(c.lease)
+	if err != nil {
+		return &startError{err}
+	}
+	c.proc = p
+	close(c.started) // from now on the signals actor forwards the signals
+	return c.watch(ctx, p)
+}
+
+// prepare stops the predecessors' leftovers, to the end, and says whether
+// the command may start. Until it starts, the signals are this actor's: a
+// stop request or a signal means it never starts, and whichever came
+// first says why (a signal: Interrupted; a stop: whoever asked).
+func (c *command) prepare(ctx context.Context) (bool, error) {
 	left := make(chan error, 1)
 	go func() { left <- stopLeftovers(ctx, c.cfg, c.lease, c.log) }()
 	var (
-		stopBy  time.Duration
 		stopped bool
 		sig     syscall.Signal
 	)
@@ -80,11 +93,11 @@ func (c *command) execute(ctx context.Context) error {
 		select {
 		case err := <-left:
 			if err != nil {
-				return err
+				return false, err
 			}
 			waiting = false
-		case by := <-c.stops:
-			stopped, stopBy = true, earliest(stopBy, by)
+		case <-c.stops:
+			stopped = true
 		case s := <-c.cfg.Signals:
 			heard(s)
 		}
@@ -99,16 +112,16 @@ func (c *command) execute(ctx context.Context) error {
 	}
 	switch {
 	case sig != 0:
-		return &interruptedError{sig}
+		return false, &interruptedError{sig}
 	case stopped:
-		return nil
+		return false, nil
 	}
-	p, err := c.cfg.Start(c.lease)
-	if err != nil {
-		return &startError{err}
-	}
-	c.proc = p
-	close(c.started) // from now on the signals actor forwards the signals
+	return true, nil
+}
+
+// watch applies every stop request to the running command, with the
+// earliest deadline any of them carried, until its tree is gone.
+func (c *command) watch(ctx context.Context, p Process) error {
 	began := c.cfg.Clock.Now()
 	c.log.Info("command started", "pid", p.Pid())
 	if err := c.lease.SetCommand(ctx, p.Group(), supervisor.OwnSession()); err != nil {
@@ -116,6 +129,7 @@ func (c *command) execute(ctx context.Context) error {
 	}
 	waited := make(chan supervisor.Status, 1)
 	go func() { waited <- p.Wait() }()
+	var stopBy time.Duration
 	for {
 		select {
 		case c.status = <-waited:

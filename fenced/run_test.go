@@ -450,3 +450,20 @@ func (f *fakeTicks) Serve(owns func(int) bool, onTick func(time.Time)) error {
 }
 
 func (f *fakeTicks) Close() error { close(f.closed); return nil }
+
+// Leftovers on another host are left to a fencerun there: they stay
+// recorded, and the command starts.
+func TestLeftoversElsewhere(t *testing.T) {
+	h := newHarness()
+	h.lease.pred = &store.Holder{PID: 99, Leftovers: []store.Leftover{{Host: "elsewhere", Marker: "m"}}}
+	h.cfg.StopLeftovers = func(context.Context, []store.Leftover) (bool, error) { return true, nil }
+	h.run()
+	testsupport.Recv(t, h.started, "the start")
+	h.proc.exit <- supervisor.Status{}
+	if o := h.outcome(t); o.End != fenced.Exited {
+		t.Fatalf("outcome = %+v, want Exited", o)
+	}
+	if h.lease.stopped.Load() {
+		t.Error("leftovers on another host recorded as gone")
+	}
+}

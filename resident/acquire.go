@@ -23,7 +23,7 @@ const (
 // Claim says who asks for the resident role.
 type Claim struct {
 	// Name, Reason, TTL (only the expiry Renew reports), Wait (standby,
-	// R8), Marker, PID and Host as for a keyed lease.
+	// R8) and Marker as for a keyed lease.
 	store.Claim
 	// Build is the command's executable (BuildOf); it decides handover.
 	Build store.Build
@@ -119,12 +119,6 @@ func Acquire(ctx context.Context, storePath string, c Claim) (*Role, *Refusal, e
 	case c.HandoverWait < 0:
 		return nil, nil, fmt.Errorf("resident: negative handover-wait %v", c.HandoverWait)
 	}
-	if c.PID == 0 {
-		c.PID = os.Getpid()
-	}
-	if c.Host == "" {
-		c.Host = hostname()
-	}
 	if c.HandoverWait == 0 {
 		c.HandoverWait = DefaultHandoverWait
 	}
@@ -137,7 +131,7 @@ func Acquire(ctx context.Context, storePath string, c Claim) (*Role, *Refusal, e
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
-	a := &attempt{c: c, p: p, fd: -1, log: c.Logger.Named("resident").With("store", p.store)}
+	a := &attempt{c: c, pid: os.Getpid(), host: hostname(), p: p, fd: -1, log: c.Logger.Named("resident").With("store", p.store)}
 	defer a.close()
 	return a.run(ctx)
 }
@@ -153,11 +147,13 @@ const (
 
 // attempt is one Acquire.
 type attempt struct {
-	c   Claim
-	p   paths
-	log hclog.Logger
-	fd  int     // the lock file, open while trying; -1 when not
-	w   *waiter // created on the first wait
+	c    Claim
+	pid  int    // this process: the holder's pid
+	host string // and host
+	p    paths
+	log  hclog.Logger
+	fd   int     // the lock file, open while trying; -1 when not
+	w    *waiter // created on the first wait
 
 	holder *store.Holder // last live holder seen
 
@@ -384,7 +380,7 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 		log:  a.log.With("fence", fence),
 		file: payloadFile{fd: fd, path: a.p.lock, size: len(data)},
 		p: payload{
-			Schema: schema, PID: a.c.PID, Host: a.c.Host, Surface: a.c.Name, Reason: a.c.Reason,
+			Schema: schema, PID: a.pid, Host: a.host, Surface: a.c.Name, Reason: a.c.Reason,
 			AcquiredAt: a.c.Now(), Store: a.p.store, StuckAfter: duration(a.c.StuckAfter),
 			Build: a.c.Build, Fence: fence, Marker: a.c.Marker, Cgroup: a.c.Cgroup, Leftovers: leftovers,
 		},
@@ -403,7 +399,7 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 		changes <- struct{}{}
 	}
 	go r.watchPath()
-	r.log.Debug("took the role", "pid", a.c.PID)
+	r.log.Debug("took the role", "pid", a.pid)
 	return r, nil
 }
 
@@ -414,7 +410,7 @@ func (a *attempt) ask(pl payload) error {
 	a.log.Info("asking the holder to hand over to a newer build", "holder_pid", pl.PID,
 		"holder_build", describeBuild(&pl.Build), "build", describeBuild(&a.c.Build))
 	return sendRequest(a.p.handover, request{
-		Schema: schema, ID: a.reqID, PID: a.c.PID, Host: a.c.Host, Surface: a.c.Name,
+		Schema: schema, ID: a.reqID, PID: a.pid, Host: a.host, Surface: a.c.Name,
 		Build: a.c.Build, RequestedAt: a.c.Now(), Fence: pl.Fence,
 	})
 }

@@ -120,9 +120,6 @@ type Claim struct {
 	// empty: recorded with the lease, so that the next holder can stop a
 	// dead holder's leftovers exactly.
 	Cgroup string
-	// PID and Host describe the holder process; zero values mean "this one".
-	PID  int
-	Host string
 	// Clock is the monotonic clock the caller's keeper runs on; the backend
 	// reads it just before the write that sets an expiry, for Term. Nil
 	// means BootTime (CLOCK_BOOTTIME).

@@ -68,12 +68,6 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	if claim.TTL < MinTTL {
 		return nil, nil, fmt.Errorf("etcdstore: ttl %v is under etcd's minimum of %v", claim.TTL, MinTTL)
 	}
-	if claim.PID == 0 {
-		claim.PID = os.Getpid()
-	}
-	if claim.Host == "" {
-		claim.Host = s.host
-	}
 	if claim.Clock == nil {
 		claim.Clock = store.BootTime
 	}
@@ -119,7 +113,7 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 	a.id = g.ID
 	a.term = store.Term{Start: start, TTL: time.Duration(g.TTL) * time.Second}
 	a.myKey = prefixOf(a.key) + leaseHex(g.ID)
-	a.desc = desc{Name: a.claim.Name, PID: a.claim.PID, Host: a.claim.Host, Reason: a.claim.Reason, Acquired: time.Now()}
+	a.desc = desc{Name: a.claim.Name, PID: os.Getpid(), Host: a.s.host, Reason: a.claim.Reason, Acquired: time.Now()}
 	d, _ := json.Marshal(a.desc)
 	pfx := prefixOf(a.key)
 	puts := []clientv3.Op{
@@ -170,7 +164,7 @@ func orCause(ctx context.Context, err error) error {
 }
 
 func (a *acquirer) leftoverPut(fence uint64) clientv3.Op {
-	return putLeftover(a.key, a.id, leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.claim.Host, Name: a.claim.Name, PID: a.claim.PID, Fence: fence})
+	return putLeftover(a.key, a.id, leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.s.host, Name: a.claim.Name, PID: os.Getpid(), Fence: fence})
 }
 
 // putLeftover writes a holder's leftover record, on no lease: it must
@@ -279,11 +273,11 @@ func (a *acquirer) confirm(ctx context.Context) (*Lease, *store.Holder, error) {
 func (a *acquirer) held(confirmed int64, records []*mvccpb.KeyValue) (*Lease, *store.Holder, error) {
 	l := &Lease{
 		s: a.s, key: a.key, myKey: a.myKey, id: a.id, rev: a.rev, confirmed: confirmed,
-		ttl: a.term.TTL, clock: a.claim.Clock, term: a.term, host: a.claim.Host,
+		ttl: a.term.TTL, clock: a.claim.Clock, term: a.term, host: a.s.host,
 		changes: make(chan struct{}, 1), desc: a.desc,
-		left: leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.claim.Host, Name: a.claim.Name, PID: a.claim.PID, Fence: uint64(a.rev)},
+		left: leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.s.host, Name: a.claim.Name, PID: os.Getpid(), Fence: uint64(a.rev)},
 	}
-	l.pred, l.predKeys = predecessor(records, leftoverKey(a.key, a.id), a.claim.Host)
+	l.pred, l.predKeys = predecessor(records, leftoverKey(a.key, a.id), a.s.host)
 	l.watch()
 	a.s.log.Debug("acquired", "key", a.key, "fence", a.rev, "lease", leaseHex(a.id))
 	return l, nil, nil

@@ -42,12 +42,6 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	if err != nil {
 		return nil, nil, err
 	}
-	if claim.PID == 0 {
-		claim.PID = os.Getpid()
-	}
-	if claim.Host == "" {
-		claim.Host = s.host
-	}
 	if claim.Clock == nil {
 		claim.Clock = store.BootTime
 	}
@@ -261,8 +255,8 @@ func (a *acquirer) take(rec record, live int, c *unixsock.Claim) (*Lease, error)
 		Token:     token,
 		Holder: &holderRecord{
 			Name:     a.claim.Name,
-			PID:      a.claim.PID,
-			Host:     a.claim.Host,
+			PID:      os.Getpid(),
+			Host:     a.s.host,
 			Reason:   a.claim.Reason,
 			Marker:   a.claim.Marker,
 			Cgroup:   a.claim.Cgroup,
@@ -329,7 +323,7 @@ func (a *acquirer) enqueue() error {
 	if err != nil {
 		return err
 	}
-	entry := waiterRecord{PID: a.claim.PID, Host: a.claim.Host, Name: a.claim.Name, Reason: a.claim.Reason, Since: a.s.now()}
+	entry := waiterRecord{PID: os.Getpid(), Host: a.s.host, Name: a.claim.Name, Reason: a.claim.Reason, Since: a.s.now()}
 	data := entry.marshal()
 	for seq := a.last + 1; ; seq++ {
 		name := formatSeq(seq)
