@@ -122,14 +122,21 @@ echo "$$ $a" > "$1.tmp" && mv "$1.tmp" "$1.pids"
 wait
 `
 
-// writeBuild writes the worker script as name with mtime at.
+// writeBuild deploys a build of the worker script (build name, mtime at)
+// as a deploy does: written beside the program's one path and renamed over
+// it, so that a running older build keeps its file. Only builds of one
+// program hand over (R4); the name is for the caller's arguments.
 func (s *sandbox) writeBuild(name string, at time.Time) string {
 	s.t.Helper()
-	p := s.path(name)
-	if err := os.WriteFile(p, []byte(build), 0o755); err != nil {
+	p := s.path("worker")
+	tmp := s.path(name + ".new")
+	if err := os.WriteFile(tmp, []byte(build), 0o755); err != nil {
 		s.t.Fatal(err)
 	}
-	if err := os.Chtimes(p, at, at); err != nil {
+	if err := os.Chtimes(tmp, at, at); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
 		s.t.Fatal(err)
 	}
 	return p
@@ -317,10 +324,10 @@ func TestResidentEveryExitReleases(t *testing.T) {
 		}},
 		{"handover", 77, func(s *sandbox) []int {
 			old := s.writeBuild("v1", time.Now().Add(-2*time.Hour))
-			newer := s.writeBuild("v2", time.Now().Add(-time.Hour))
 			w := s.start(s.fencerun("holder", "run", "--resident", "app.db", "--", old, "v1", "hold"))
 			pids := s.pids("v1.pids")
 			s.waitRoleHeld("app.db", w.Process.Pid)
+			newer := s.writeBuild("v2", time.Now().Add(-time.Hour))
 			if code := s.run("newcomer", "run", "--resident", "app.db", "--", newer, "v2", "once"); code != 0 {
 				s.t.Errorf("newcomer: exit %d, want 0", code)
 			}

@@ -486,3 +486,62 @@ func TestLeftoversOfAnotherMemberAreNotStartedBeside(t *testing.T) {
 		t.Errorf("alice's leftover pid %d is gone; the test did not test anything", left[0])
 	}
 }
+
+// R4: only a build of the same program can take the resident role over. An
+// unrelated program with a newer mtime is refused as not newer (before: a
+// freshly written debug-peek script with -n stopped app-worker, which
+// exited 77), and a script named by --build is the build of an interpreted
+// worker, so a newer script hands over (before: the build was the
+// interpreter's, and never newer).
+func TestResidentIdentityIsTheProgram(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	storePath := s.path("app.db")
+	write := func(name, body string, age time.Duration) string {
+		p := s.path(name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-age)
+		os.Chtimes(p, at, at)
+		return p
+	}
+	worker := write("app-worker", `touch worker-ready; exec sleep 1000`, time.Hour)
+	holder := s.start(s.fencerun("holder", "run", "--resident", storePath, "--", worker))
+	waitFile(t, s.path("worker-ready"))
+	peek := write("debug-peek", `touch peek-ran`, 0)
+	if code := s.run("peek", "run", "--resident", storePath, "-n", "--", peek); code != 75 {
+		t.Errorf("an unrelated newer program: exit %d, want 75", code)
+	}
+	if b, _ := os.ReadFile(s.path("peek.log")); !strings.Contains(string(b), "a different program") {
+		t.Errorf("the refusal does not say why:\n%s", b)
+	}
+	if _, err := os.Stat(s.path("peek-ran")); err == nil {
+		t.Error("the unrelated program ran")
+	}
+	if code := s.run("release", "release", "--resident", storePath, "--force"); code != 0 {
+		t.Fatalf("release --resident --force: exit %d", code)
+	}
+	if code := exitOf(t, holder); code != 76 {
+		t.Errorf("released holder: exit %d, want 76", code)
+	}
+
+	// An interpreted worker: sh script.sh, with --build script.sh.
+	script := write("worker.sh", `touch "ready-$V"; exec sleep 1000`, time.Hour)
+	first := s.fencerun("first", "run", "--resident", storePath, "--build", script, "--", "sh", script)
+	first.Env = append(first.Env, "V=1")
+	s.start(first)
+	waitFile(t, s.path("ready-1"))
+	os.Chtimes(script, time.Now(), time.Now()) // the deploy of a new version
+	second := s.fencerun("second", "run", "--resident", storePath, "--build", script, "--", "sh", script)
+	second.Env = append(second.Env, "V=2")
+	s.start(second)
+	if code := exitOf(t, first); code != 77 {
+		t.Errorf("the older script's holder: exit %d, want 77 (handed over)", code)
+	}
+	waitFile(t, s.path("ready-2"))
+	if code := s.run("release2", "release", "--resident", storePath, "--force"); code != 0 {
+		t.Fatalf("release --resident --force: exit %d", code)
+	}
+	exitOf(t, second)
+}

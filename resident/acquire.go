@@ -111,6 +111,9 @@ func Acquire(ctx context.Context, storePath string, c Claim) (*Role, *Refusal, e
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := checkDir(p.dir); err != nil {
+		return nil, nil, err
+	}
 	switch {
 	case c.TTL < 0:
 		return nil, nil, fmt.Errorf("resident: negative ttl %v", c.TTL)
@@ -355,7 +358,9 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 	stale, empty, err := decodePayload(data, a.p.lock)
 	switch {
 	case err != nil:
-		a.log.Warn("ignoring the unreadable payload of a holder that is gone", "error", err)
+		// Fail closed, as for keys (S6, B4): what cannot be read may name
+		// a dead holder's leftovers. release --resident PATH --force clears it.
+		return nil, fmt.Errorf("%w (release --resident %s --force clears it)", err, a.p.store)
 	case !empty:
 		pred, staleFence = stale.holder(), stale.Fence
 		leftovers = stale.trees()
@@ -466,6 +471,13 @@ func (a *attempt) close() {
 	}
 }
 
+func orUnknown(path string) string {
+	if path == "" {
+		return "unknown"
+	}
+	return store.Printable(path)
+}
+
 // notNewer says why build b is not newer than the holder's.
 func notNewer(b, holder store.Build) string {
 	switch {
@@ -473,6 +485,8 @@ func notNewer(b, holder store.Build) string {
 		return "this build is unstamped"
 	case !Stamped(holder):
 		return "the holder's build is unstamped"
+	case b.Path != holder.Path:
+		return fmt.Sprintf("a different program (%s) from the holder's (%s): only a build of the same program can take over by handover", orUnknown(b.Path), orUnknown(holder.Path))
 	case Same(b, holder):
 		return "the same build"
 	case b.ModTime.Equal(holder.ModTime):

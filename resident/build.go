@@ -4,16 +4,24 @@ import (
 	"debug/buildinfo"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/fencerun/fencerun/store"
 )
 
-// BuildOf returns the build identity of the executable at path (R4): its
-// mtime and size, and the VCS revision from its Go build information when it
-// is a Go binary stamped with one (else the revision is empty). path is the
-// command's executable already resolved through PATH; a symlink is followed,
-// since it is the target that runs.
+// BuildOf returns the build identity of the program at path (R4): path
+// itself, absolute but with its symlinks not followed (so that a deploy that
+// swaps /opt/app/current is still the same program), and the mtime and size
+// of the file it finally resolves to, and the VCS revision from its Go build
+// information when it is a Go binary stamped with one (else the revision is
+// empty). path is the command's executable already resolved through PATH,
+// or --build.
 func BuildOf(path string) (store.Build, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return store.Build{}, fmt.Errorf("resident: build of %s: %w", path, err)
+	}
+	path = abs
 	fi, err := os.Stat(path)
 	if err != nil {
 		return store.Build{}, fmt.Errorf("resident: build of %s: %w", path, err)
@@ -21,7 +29,7 @@ func BuildOf(path string) (store.Build, error) {
 	if !fi.Mode().IsRegular() {
 		return store.Build{}, fmt.Errorf("resident: build of %s: not a regular file", path)
 	}
-	b := store.Build{ModTime: fi.ModTime(), Size: fi.Size()}
+	b := store.Build{Path: path, ModTime: fi.ModTime(), Size: fi.Size()}
 	// Not a Go binary, or one built without build info: no revision, which
 	// is only a label anyway.
 	if info, err := buildinfo.ReadFile(path); err == nil {
@@ -38,14 +46,15 @@ func BuildOf(path string) (store.Build, error) {
 // mtime is unknown is unstamped.
 func Stamped(b store.Build) bool { return !b.ModTime.IsZero() }
 
-// Newer reports whether build b is strictly newer than build than (R4). The
-// mtime decides. Builds with the same mtime are never newer than each other,
+// Newer reports whether build b is strictly newer than build than (R4).
+// Only a build of the same program can be: the same Path (a build without
+// one is never newer, nor is anything newer than it). The mtime decides. Builds with the same mtime are never newer than each other,
 // whatever their size or revision: those only tell a same-second rebuild
 // apart (see Same), they cannot order it, and an order that went both ways
 // would hand the role back and forth. An unstamped build is never newer, and
 // nothing is newer than an unstamped build: there is nothing to compare.
 func Newer(b, than store.Build) bool {
-	if !Stamped(b) || !Stamped(than) {
+	if !Stamped(b) || !Stamped(than) || b.Path == "" || b.Path != than.Path {
 		return false
 	}
 	return b.ModTime.After(than.ModTime)
@@ -54,7 +63,7 @@ func Newer(b, than store.Build) bool {
 // Same reports whether a and b are the same build: same mtime, size and
 // revision.
 func Same(a, b store.Build) bool {
-	return a.ModTime.Equal(b.ModTime) && a.Size == b.Size && a.Revision == b.Revision
+	return a.Path == b.Path && a.ModTime.Equal(b.ModTime) && a.Size == b.Size && a.Revision == b.Revision
 }
 
 // describeBuild is a build as messages show it.
@@ -63,6 +72,9 @@ func describeBuild(b *store.Build) string {
 		return "unstamped build"
 	}
 	s := fmt.Sprintf("build of %s, %d bytes", b.ModTime.UTC().Format("2006-01-02T15:04:05.999999999Z"), b.Size)
+	if b.Path != "" {
+		s = store.Printable(b.Path) + " " + s
+	}
 	if b.Revision != "" {
 		s += ", revision " + b.Revision
 	}

@@ -3,6 +3,7 @@ package resident
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 func TestNewer(t *testing.T) {
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	b := func(mt time.Time, size int64, rev string) store.Build {
-		return store.Build{ModTime: mt, Size: size, Revision: rev}
+		return store.Build{Path: "/usr/local/bin/worker", ModTime: mt, Size: size, Revision: rev}
 	}
 	for _, tc := range []struct {
 		name     string
@@ -73,15 +74,52 @@ func TestBuildOf(t *testing.T) {
 	if sb := buildOf(t, script); sb.Revision != "" || sb.Size != 18 || !Stamped(sb) {
 		t.Fatalf("BuildOf(script) = %+v", sb)
 	}
+	// A symlink is the program's path (not followed: a deploy swapping
+	// /opt/app/current stays the same program); mtime and size are its
+	// target's.
 	link := filepath.Join(dir, "link")
 	os.Symlink(mid, link)
-	if lb := buildOf(t, link); !Same(lb, b) {
-		t.Fatalf("BuildOf(symlink) = %+v, want the target's %+v", lb, b)
+	lb, err := BuildOf(link)
+	if err != nil || lb.Path != link || !lb.ModTime.Equal(b.ModTime) || lb.Size != b.Size {
+		t.Fatalf("BuildOf(symlink) = %+v, %v; want path %s and the target's %+v", lb, err, link, b)
+	}
+	if raw, _ := BuildOf(mid); raw.Path != mid {
+		t.Fatalf("BuildOf(%s).Path = %q", mid, raw.Path)
 	}
 	if _, err := BuildOf(filepath.Join(dir, "missing")); err == nil {
 		t.Fatal("BuildOf(missing) succeeded")
 	}
 	if _, err := BuildOf(dir); err == nil {
 		t.Fatal("BuildOf(directory) succeeded")
+	}
+}
+
+// R4: only a build of the same program can be newer. An unrelated program
+// with a later mtime (a freshly written debug-peek script) is not, nor is a
+// build that does not say which program it is.
+func TestOnlyTheSameProgramIsNewer(t *testing.T) {
+	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	worker := store.Build{Path: "/usr/local/bin/app-worker", ModTime: t0, Size: 10}
+	for _, tc := range []struct {
+		name string
+		b    store.Build
+		want bool
+	}{
+		{"the same program, rebuilt", store.Build{Path: worker.Path, ModTime: t0.Add(time.Hour), Size: 11}, true},
+		{"another program, newer", store.Build{Path: "/tmp/debug-peek", ModTime: t0.Add(time.Hour), Size: 11}, false},
+		{"a program of unknown path, newer", store.Build{ModTime: t0.Add(time.Hour), Size: 11}, false},
+	} {
+		if got := Newer(tc.b, worker); got != tc.want {
+			t.Errorf("%s: Newer = %v, want %v", tc.name, got, tc.want)
+		}
+		if tc.want {
+			continue
+		}
+		if why := notNewer(tc.b, worker); !strings.Contains(why, "a different program") {
+			t.Errorf("%s: refused because %q", tc.name, why)
+		}
+	}
+	if Newer(worker, store.Build{ModTime: t0.Add(-time.Hour), Size: 9}) {
+		t.Error("newer than a holder whose program is unknown")
 	}
 }

@@ -81,12 +81,25 @@ func TestHeldRoleWithNoPayload(t *testing.T) {
 	}
 }
 
-func TestUnlockedGarbageIsStale(t *testing.T) {
+// A corrupt payload fails closed like a corrupt key record (S6, B4): it may
+// have named a dead holder's leftovers. Before, it was silently overwritten
+// and the command started. release --resident --force clears it.
+func TestUnlockedGarbageFailsClosed(t *testing.T) {
 	t.Parallel()
 	storePath := filepath.Join(t.TempDir(), "app.db")
-	os.WriteFile(storePath+".resident.lock", []byte("garbage{"), 0o600)
-	if st := mustStatus(t, storePath); st.State != store.Free {
+	lock := storePath + ".resident.lock"
+	os.WriteFile(lock, []byte("garbage{"), 0o600)
+	if st := mustStatus(t, storePath); st.State != store.Corrupt || st.Err == nil || !strings.Contains(st.Err.Error(), lock) {
 		t.Fatalf("status %+v", st)
+	}
+	if r, ref, err := Acquire(context.Background(), storePath, Claim{}); r != nil || ref != nil || !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), lock) {
+		t.Fatalf("Acquire over garbage = %v, %v, %v; want ErrCorrupt naming %s", r, ref, err, lock)
+	}
+	if b, _ := os.ReadFile(lock); string(b) != "garbage{" {
+		t.Fatalf("the corrupt payload was overwritten: %q", b)
+	}
+	if had, err := Revoke(storePath); !had || err != nil {
+		t.Fatalf("Revoke = %v, %v", had, err)
 	}
 	r := mustAcquire(t, storePath, Claim{})
 	if r.Predecessor() != nil {

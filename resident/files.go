@@ -24,6 +24,7 @@ type paths struct {
 	lock     string
 	fence    string
 	handover string
+	cancel   string
 }
 
 // StorePath is the store file that storePath names, as the role knows it
@@ -79,6 +80,7 @@ func pathsOf(storePath string) (paths, error) {
 		lock:     abs + ".resident.lock",
 		fence:    abs + ".resident.fence",
 		handover: abs + ".resident.handover",
+		cancel:   abs + ".resident.cancel",
 	}, nil
 }
 
@@ -272,3 +274,19 @@ var hostname = sync.OnceValue(func() string {
 	}
 	return h
 })
+
+// checkDir refuses a store directory that users other than its owner and
+// the caller can write (group or other, without the sticky bit), as for
+// keys (R4, S9): they could swap the lock file under the holder. A sticky
+// directory is fine: there only a file's owner may replace it, and the
+// role's files must be ours.
+func checkDir(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return nil // a missing directory: the lock file's open says so
+	}
+	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		return fmt.Errorf("%w: the store directory %s is writable by group or others (mode %#o), who could replace the role's lock file; fix: chmod go-w %s, or make it sticky", store.ErrUnsafe, dir, st.Mode&0o7777, dir)
+	}
+	return nil
+}

@@ -52,6 +52,7 @@ func helperMain(mode string) int {
 			fmt.Println("error", err)
 			return 125
 		}
+		b.Path = deployedAt
 	}
 	role, ref, err := Acquire(context.Background(), os.Getenv("RESIDENT_STORE"), Claim{
 		Claim: store.Claim{Name: "helper", Marker: os.Getenv("RESIDENT_MARKER"), TTL: time.Minute},
@@ -170,12 +171,19 @@ func progs(t *testing.T) (older, mid, newer string) {
 	return older, mid, newer
 }
 
+// deployedAt is where the test programs stand for three deploys of one
+// program: only builds of one path compare (R4).
+const deployedAt = "/opt/app/worker"
+
+// buildOf is the build of one of the test programs, as deployed at
+// deployedAt.
 func buildOf(t *testing.T, path string) store.Build {
 	t.Helper()
 	b, err := BuildOf(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.Path = deployedAt
 	return b
 }
 

@@ -42,7 +42,7 @@ func watchRole(p paths, lockFd int, changes chan<- struct{}) (*roleWatch, error)
 		return nil, &os.PathError{Op: "watch", Path: p.lock, Err: err}
 	}
 	w := &roleWatch{f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{})}
-	lockName, handoverName := baseName(p.lock), baseName(p.handover)
+	lockName, handoverName, cancelName := baseName(p.lock), baseName(p.handover), baseName(p.cancel)
 	go func() {
 		defer close(w.done)
 		buf := make([]byte, 64*1024)
@@ -54,7 +54,7 @@ func watchRole(p paths, lockFd int, changes chan<- struct{}) (*roleWatch, error)
 			relevant := false
 			eachEvent(buf[:n], func(wd int, mask uint32, name string) {
 				if wd != dirWd || mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0 ||
-					name == lockName || name == handoverName {
+					name == lockName || name == handoverName || name == cancelName {
 					relevant = true
 				}
 			})

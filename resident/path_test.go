@@ -2,10 +2,13 @@ package resident
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/store"
 )
@@ -66,5 +69,25 @@ func TestStorePathNamingADirectoryIsRefused(t *testing.T) {
 	os.Symlink("missing.db", dangling)
 	if _, err := StorePath(dangling); err == nil || !strings.Contains(err.Error(), "symlink to a missing file") {
 		t.Errorf("StorePath(dangling) = %v", err)
+	}
+}
+
+// R4: a store directory that others can write (without the sticky bit) is
+// refused, as for keys; a sticky one is fine.
+func TestStoreDirectoryOthersCanWriteIsRefused(t *testing.T) {
+	t.Parallel()
+	for mode, refused := range map[uint32]bool{0o777: true, 0o775: true, 0o1777: false, 0o755: false} {
+		dir := filepath.Join(t.TempDir(), "d")
+		os.Mkdir(dir, 0o700)
+		if err := unix.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		r, ref, err := Acquire(context.Background(), filepath.Join(dir, "app.db"), Claim{})
+		if refused != errors.Is(err, store.ErrUnsafe) || refused && !strings.Contains(err.Error(), dir) {
+			t.Errorf("mode %#o: Acquire = %v, %v, %v", mode, r, ref, err)
+		}
+		if r != nil {
+			r.Release(context.Background())
+		}
 	}
 }

@@ -101,6 +101,9 @@ func (r *Role) Check(ctx context.Context) (store.Request, error) {
 	if r.handover {
 		return store.RequestHandover, nil
 	}
+	if cancelled(r.paths, r.fence) {
+		return store.RequestCancel, nil
+	}
 	q, err := takeRequest(r.paths.handover)
 	if err != nil {
 		r.log.Warn("ignoring an unreadable handover request", "error", err)

@@ -45,8 +45,13 @@ func Status(storePath string) (*store.Status, error) {
 			return nil, fmt.Errorf("resident: status: %w", err)
 		}
 		if !held {
-			// A dead holder's payload: what its tree may have left.
-			if pl, empty, err := readPayload(fd, p.lock); err == nil && !empty {
+			// A dead holder's payload: what its tree may have left. What
+			// cannot be read fails closed (S6): it may have named some.
+			pl, empty, err := readPayload(fd, p.lock)
+			switch {
+			case errors.Is(err, store.ErrCorrupt):
+				st.State, st.Err = store.Corrupt, err
+			case err == nil && !empty:
 				st.Leftovers = pl.trees()
 			}
 			return st, nil

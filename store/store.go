@@ -270,6 +270,10 @@ type ProcessID struct {
 
 // Build identifies an executable (resident role, R4).
 type Build struct {
+	// Path is the program whose build this is: the absolute path of the
+	// command's executable as found through PATH (symlinks not followed),
+	// or of --build. Only builds of one Path compare (R4).
+	Path     string    `json:"path,omitempty"`
 	ModTime  time.Time `json:"mod_time"`
 	Size     int64     `json:"size"`
 	Revision string    `json:"revision,omitempty"`

@@ -14,8 +14,9 @@ import (
 
 // ReleaseCmd is `fencerun release KEY --force`.
 type ReleaseCmd struct {
-	Key   string `arg:"" predictor:"key" help:"The key to release."`
-	Force bool   `env:"-" help:"Required: revoke the lease. The holder's fence breaks, its command is stopped and it exits 76. Also clears a corrupt record."`
+	Key      string `arg:"" optional:"" predictor:"key" help:"The key to release."`
+	Resident string `placeholder:"PATH" help:"Release the resident role of the store file PATH instead of a key."`
+	Force    bool   `env:"-" help:"Required: revoke the lease. The holder's fence breaks, its command is stopped and it exits 76. Also clears a corrupt record."`
 }
 
 // Validate requires --force: a release from outside stops someone's command.
@@ -23,11 +24,14 @@ func (c *ReleaseCmd) Validate() error {
 	if !c.Force {
 		return usage("release revokes the lease of a running holder and stops its command; say --force to do it")
 	}
-	return validKey(c.Key)
+	return validTarget("release", c.Key, c.Resident)
 }
 
 // Run revokes the lease.
 func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
+	if c.Resident != "" {
+		return releaseResident(c.Resident)
+	}
 	backend, err := g.openStore(false)
 	var missing *noState
 	if errors.As(err, &missing) {
@@ -63,17 +67,21 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 
 // CancelCmd is `fencerun cancel KEY`.
 type CancelCmd struct {
-	Key  string        `arg:"" predictor:"key" help:"The key whose holder to ask."`
-	Wait duration.Wait `short:"w" default:"0" placeholder:"D" env:"FENCERUN_CANCEL_WAIT" help:"Also wait until the cancelled holder has stopped its command and let go of the key (which may go straight to the next waiter), at most D (forever: without limit): exit 75 if it has not by then. 0, the default, does not wait."`
+	Key      string        `arg:"" optional:"" predictor:"key" help:"The key whose holder to ask."`
+	Resident string        `placeholder:"PATH" help:"Ask the holder of the resident role of the store file PATH instead of a key."`
+	Wait     duration.Wait `short:"w" default:"0" placeholder:"D" env:"FENCERUN_CANCEL_WAIT" help:"Also wait until the cancelled holder has stopped its command and let go of the key (which may go straight to the next waiter), at most D (forever: without limit): exit 75 if it has not by then. 0, the default, does not wait."`
 }
 
 // Validate checks the key.
 func (c *CancelCmd) Validate() error {
-	return validKey(c.Key)
+	return validTarget("cancel", c.Key, c.Resident)
 }
 
 // Run records the request and, with --wait, waits for the key to be free.
 func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
+	if c.Resident != "" {
+		return cancelResident(c.Resident)
+	}
 	backend, err := g.openStore(false)
 	var missing *noState
 	if errors.As(err, &missing) {

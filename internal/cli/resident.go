@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/fencerun/fencerun/fenced"
@@ -14,6 +15,9 @@ import (
 // second instance of a worker is usually a mistake to report, a standby a
 // decision to state.
 func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Claim, path string) (store.Lease, error) {
+	if r.Build != "" {
+		path = r.Build
+	}
 	build, err := resident.BuildOf(path)
 	if err != nil {
 		// An unstamped build is never newer: the run can still hold a free
@@ -53,5 +57,53 @@ func validResident(path string) error {
 	if _, err := resident.StorePath(path); err != nil {
 		return usage("%s", strings.TrimPrefix(err.Error(), "resident: "))
 	}
+	return nil
+}
+
+// validTarget checks that a command names exactly one of a key and a
+// resident store, and that it is valid.
+func validTarget(cmd, key, storePath string) error {
+	switch {
+	case key == "" && storePath == "":
+		return usage("%s needs a KEY or --resident PATH", cmd)
+	case key != "" && storePath != "":
+		return usage("%s takes a KEY or --resident PATH, not both", cmd)
+	case key != "":
+		return validKey(key)
+	}
+	return validResident(storePath)
+}
+
+// releaseResident is `release --resident PATH --force`.
+func releaseResident(path string) error {
+	before, _ := resident.Status(path)
+	had, err := resident.Revoke(path)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	switch {
+	case !had:
+		fmt.Printf("the resident role of %s was free: nothing to release\n", path)
+	case before != nil && before.Holder != nil:
+		h := before.Holder
+		fmt.Printf("released the resident role of %s: revoked %s (pid %d on %s), fence %d; its command is being stopped and it exits 76\n",
+			path, store.Printable(h.Name), h.PID, store.Printable(h.Host), h.Fence)
+	default:
+		fmt.Printf("released the resident role of %s: cleared its unreadable lock file; its fencing tokens go on above every earlier one\n", path)
+	}
+	return nil
+}
+
+// cancelResident is `cancel --resident PATH`.
+func cancelResident(path string) error {
+	had, err := resident.Cancel(path)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	if !had {
+		fmt.Printf("the resident role of %s is free: nothing to cancel\n", path)
+		return nil
+	}
+	fmt.Printf("asked the resident of %s to stop its command (it exits 77)\n", path)
 	return nil
 }

@@ -40,6 +40,7 @@ type RunCmd struct {
 	StuckAfter   *time.Duration `placeholder:"D" help:"Stop a command that ran 'fencerun tick' at least once and then not for this long (exit 78). Default off for keys, 5m for residents; 0 turns it off."`
 	NoHandover   bool           `help:"Resident: never ask an older build to hand over."`
 	HandoverWait time.Duration  `default:"30s" help:"Resident: how long to wait for the holder to hand over."`
+	Build        string         `placeholder:"PATH" help:"Resident: the file whose identity is the build, for interpreted workers (the script of python3 worker.py). Only a build of the same path can take the role over by handover."`
 	Cgroup       string         `enum:"auto,require,off" default:"auto" help:"auto: run the command in a cgroup of its own where a writable cgroup v2 hierarchy exists (root, or a systemd-delegated subtree), so that its whole tree is found and killed exactly; require: exit 125 where none does; off: find the tree among fencerun's descendants."`
 
 	Command []string `arg:"" optional:"" passthrough:"partial" help:"The command and its arguments, after --."`
@@ -100,6 +101,14 @@ func (r *RunCmd) Validate(kctx *kong.Context) error {
 	if r.Resident != "" {
 		if err := validResident(r.Resident); err != nil {
 			return err
+		}
+	}
+	if r.Build != "" {
+		if r.Resident == "" {
+			return usage("--build names a resident's build; it goes with --resident")
+		}
+		if fi, err := os.Stat(r.Build); err != nil || !fi.Mode().IsRegular() {
+			return usage("--build %s: not a regular file (%v)", r.Build, err)
 		}
 	}
 	if r.Key != nil {

@@ -246,7 +246,7 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 			fmt.Fprintf(tw, "last tick:\t%s (%s ago)\n", h.LastTick.Format(time.RFC3339), now.Sub(h.LastTick).Round(time.Second))
 		}
 		if b := h.Build; b != nil {
-			fmt.Fprintf(tw, "build:\t%s, %d bytes%s\n", b.ModTime.Format(time.RFC3339), b.Size, orDefault(prefix(", revision ", b.Revision), ""))
+			fmt.Fprintf(tw, "build:\t%s%s, %d bytes%s\n", prefix("", store.Printable(b.Path)+", "), b.ModTime.Format(time.RFC3339), b.Size, orDefault(prefix(", revision ", b.Revision), ""))
 		}
 		if h.Cancel {
 			fmt.Fprintf(tw, "cancel:\trequested\n")

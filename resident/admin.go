@@ -1,0 +1,122 @@
+package resident
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// Revoke breaks the holder's role (release --resident PATH --force): it
+// deletes the lock file the holder locked, so the holder loses the role
+// within a second (its Renew and Check say store.ErrLost: exit 76), and
+// its claim keeps every newcomer from starting until its tree is gone
+// (moved_linux.go). It also clears what fails closed: a corrupt payload of
+// a role nobody holds, or junk (a directory, a FIFO) where the lock file
+// belongs. A symlink there stays refused as unsafe. It reports whether
+// there was a holder or corrupt state; a free role is left as it is, with
+// whatever leftovers its stale payload records for the next holder.
+func Revoke(storePath string) (bool, error) {
+	p, err := pathsOf(storePath)
+	if err != nil {
+		return false, err
+	}
+	fd, err := openState(p.lock, unix.O_RDONLY, true)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	case errors.Is(err, store.ErrCorrupt):
+		return true, clearJunk(p.lock)
+	case err != nil:
+		return false, fmt.Errorf("resident: release: %w", err)
+	}
+	defer unix.Close(fd)
+	held, err := probe(fd, p.lock)
+	if err != nil {
+		return false, fmt.Errorf("resident: release: %w", err)
+	}
+	if !held {
+		if _, _, err := readPayload(fd, p.lock); errors.Is(err, store.ErrCorrupt) {
+			return true, removeIfSame(fd, p.lock)
+		}
+		return false, nil
+	}
+	return true, removeIfSame(fd, p.lock)
+}
+
+// removeIfSame deletes path if it still names the file open as fd.
+func removeIfSame(fd int, path string) error {
+	same, err := sameFile(fd, path)
+	if err != nil || !same {
+		return err
+	}
+	if err := unix.Unlink(path); err != nil && err != unix.ENOENT {
+		return fmt.Errorf("resident: release: %w", &os.PathError{Op: "remove", Path: path, Err: err})
+	}
+	return nil
+}
+
+// clearJunk removes a directory (empty), FIFO or other non-regular file
+// standing where the lock file belongs.
+func clearJunk(path string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return nil
+	}
+	var err error
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return fmt.Errorf("%w: %s is a symlink; remove it by hand after checking who planted it", store.ErrUnsafe, path)
+	case unix.S_IFDIR:
+		err = unix.Rmdir(path)
+	default:
+		err = unix.Unlink(path)
+	}
+	if err != nil {
+		return fmt.Errorf("resident: release: %w", &os.PathError{Op: "remove", Path: path, Err: err})
+	}
+	return nil
+}
+
+// Cancel asks the holder of the role to stop its command gracefully
+// (cancel --resident PATH): it writes the holder's fence to the cancel
+// file beside the lock, which the holder's watch sees at once; the holder
+// exits 77. It reports whether there was a holder to ask.
+func Cancel(storePath string) (bool, error) {
+	st, err := Status(storePath)
+	if err != nil {
+		return false, err
+	}
+	if st.State == store.Corrupt {
+		return false, st.Err
+	}
+	if st.Holder == nil || st.Holder.Fence == 0 {
+		return false, nil
+	}
+	p, _ := pathsOf(storePath)
+	if err := writeAtomic(p.cancel, []byte(strconv.FormatUint(st.Holder.Fence, 10)+"\n")); err != nil {
+		return false, fmt.Errorf("resident: cancel: %w", err)
+	}
+	return true, nil
+}
+
+// cancelled reports whether the cancel file asks the holder with fence to
+// stop.
+func cancelled(p paths, fence uint64) bool {
+	fd, err := openState(p.cancel, unix.O_RDONLY, false)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	data, err := readAll(fd, p.cancel)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	return err == nil && n == fence
+}
