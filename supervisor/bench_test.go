@@ -8,11 +8,27 @@ import (
 )
 
 // BenchmarkRunTrue is the supervisor's share of P1: start `true`, wait for
-// it and make sure nothing of it is left.
+// it and make sure nothing of it is left; with a cgroup (created, the
+// command cloned into it, removed) and without.
 func BenchmarkRunTrue(b *testing.B) {
+	b.Run("fallback", func(b *testing.B) { benchRunTrue(b, nil) })
+	b.Run("cgroup", func(b *testing.B) {
+		h, err := FindHierarchy()
+		if err != nil {
+			b.Skip(err)
+		}
+		benchRunTrue(b, h)
+	})
+}
+
+func benchRunTrue(b *testing.B, h *Hierarchy) {
 	env := append(os.Environ(), "FENCERUN_TICK=@bench")
 	for b.Loop() {
-		p, err := Start(Config{Argv: []string{"/bin/true"}, Env: env, Marker: "FENCERUN_TICK=@bench", Grace: time.Second})
+		cfg := Config{Argv: []string{"/bin/true"}, Env: env, Marker: "FENCERUN_TICK=@bench", Grace: time.Second}
+		if h != nil {
+			cfg.Cgroup = h.NewPath()
+		}
+		p, err := Start(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -25,10 +41,25 @@ func BenchmarkRunTrue(b *testing.B) {
 // BenchmarkStopSleep is the supervisor's share of P3: from Stop to the
 // whole group dead and reaped.
 func BenchmarkStopSleep(b *testing.B) {
+	b.Run("fallback", func(b *testing.B) { benchStopSleep(b, nil) })
+	b.Run("cgroup", func(b *testing.B) {
+		h, err := FindHierarchy()
+		if err != nil {
+			b.Skip(err)
+		}
+		benchStopSleep(b, h)
+	})
+}
+
+func benchStopSleep(b *testing.B, h *Hierarchy) {
 	env := append(os.Environ(), "FENCERUN_TICK=@bench")
 	for b.Loop() {
 		b.StopTimer()
-		p, err := Start(Config{Argv: []string{"sh", "-c", "sleep 1000 & sleep 1000 & exec sleep 1000"}, Env: env, Marker: "FENCERUN_TICK=@bench", Grace: time.Second})
+		cfg := Config{Argv: []string{"sh", "-c", "sleep 1000 & sleep 1000 & exec sleep 1000"}, Env: env, Marker: "FENCERUN_TICK=@bench", Grace: time.Second}
+		if h != nil {
+			cfg.Cgroup = h.NewPath()
+		}
+		p, err := Start(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -198,36 +198,70 @@ func (c *cgroup) close() {
 	}
 }
 
-// populated reads cgroup.events: whether a live process is left in the
-// cgroup or below it (a zombie is not counted).
-func (c *cgroup) populated() (bool, error) {
-	b, err := os.ReadFile(filepath.Join(c.path, "cgroup.events"))
-	if errors.Is(err, fs.ErrNotExist) {
+// openEvents opens cgroup.events for readPopulated and poll(2): after a
+// reading, POLLPRI says it changed, the kernel's word that the tree may be
+// gone.
+func (c *cgroup) openEvents() (int, error) {
+	fd, err := unix.Openat(c.fd, "cgroup.events", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("supervisor: opening %s/cgroup.events: %w", c.path, err)
+	}
+	return fd, nil
+}
+
+// readPopulated reads cgroup.events through fd, from its start: whether a
+// live process is left in the cgroup or below it (a zombie is not
+// counted). Reading through the polled descriptor is what re-arms POLLPRI.
+func readPopulated(fd int, path string) (bool, error) {
+	var b [256]byte
+	n, err := unix.Pread(fd, b[:], 0)
+	if err == unix.ENODEV {
 		return false, nil // removed: nothing can be in it
 	}
 	if err != nil {
-		return false, fmt.Errorf("supervisor: reading %s/cgroup.events: %w", c.path, err)
+		return false, fmt.Errorf("supervisor: reading %s/cgroup.events: %w", path, err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(string(b[:n]), "\n") {
 		if v, ok := strings.CutPrefix(line, "populated "); ok {
 			return v != "0", nil
 		}
 	}
-	return false, fmt.Errorf("supervisor: %s/cgroup.events has no populated line", c.path)
+	return false, fmt.Errorf("supervisor: %s/cgroup.events has no populated line", path)
 }
 
-// watch returns an inotify descriptor that becomes readable when
-// cgroup.events changes: the kernel's word that the tree may be gone.
-func (c *cgroup) watch() (int, error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return -1, fmt.Errorf("supervisor: inotify: %w", err)
+// member is a process of the cgroup, held by a pidfd.
+type member struct {
+	pid, pgid, fd int
+}
+
+// track opens pidfds on up to max processes of the cgroup, each checked to
+// be in it (so that a reused pid is never taken for a member). Where /proc
+// is another namespace's it tracks none.
+func (c *cgroup) track(max int) []member {
+	if foreignProc() {
+		return nil
 	}
-	if _, err := unix.InotifyAddWatch(fd, filepath.Join(c.path, "cgroup.events"), unix.IN_MODIFY); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("supervisor: watching %s/cgroup.events: %w", c.path, err)
+	pids, _ := c.pids()
+	var ms []member
+	for _, pid := range pids {
+		if len(ms) == max {
+			break
+		}
+		if pid == os.Getpid() {
+			continue
+		}
+		fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+		if err != nil {
+			continue // gone
+		}
+		q, err := readProc(pid)
+		if err != nil || q.dead() || !c.has(pid) {
+			unix.Close(fd)
+			continue
+		}
+		ms = append(ms, member{pid: pid, pgid: q.pgid, fd: fd})
 	}
-	return fd, nil
+	return ms
 }
 
 // pids lists the processes of the cgroup and of the cgroups below it.
@@ -261,36 +295,6 @@ func (c *cgroup) pids() ([]int, error) {
 		return nil, fmt.Errorf("supervisor: reading the processes of cgroup %s: %w", c.path, err)
 	}
 	return pids, nil
-}
-
-// signal sends sig to every process of the cgroup except those skip says
-// were signalled otherwise (as a process group). Each is checked through a
-// pidfd to still be in the cgroup, so that a reused pid is never signalled.
-func (c *cgroup) signal(sig syscall.Signal, skip func(pid int) bool) (int, error) {
-	pids, err := c.pids()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	var errs []error
-	for _, pid := range pids {
-		if pid == os.Getpid() || skip != nil && skip(pid) {
-			continue
-		}
-		fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-		if err != nil {
-			continue // gone
-		}
-		if c.has(pid) {
-			if err := sendSignal(fd, sig); err != nil {
-				errs = append(errs, fmt.Errorf("supervisor: signalling pid %d: %w", pid, err))
-			} else {
-				n++
-			}
-		}
-		unix.Close(fd)
-	}
-	return n, errors.Join(errs...)
 }
 
 // has reports whether pid is a live process of the cgroup or below it.

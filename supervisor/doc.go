@@ -11,8 +11,9 @@
 // CLONE_INTO_CGROUP: not one instruction runs outside it), and the tree is
 // exactly the cgroup and the cgroups below it: stopping ends with
 // cgroup.kill, which no fork can outrun, and the tree is gone when
-// cgroup.events says "populated 0" (woken by inotify, not by reading
-// /proc). The cgroup is removed once empty.
+// cgroup.events says "populated 0" (woken by poll(2) on that file and on
+// pidfds of its members, not by reading /proc). The cgroup is removed once
+// empty.
 //
 // Without one, the command's tree is found among the descendants of this
 // process: the command's process group; the processes reparented to this

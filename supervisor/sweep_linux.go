@@ -30,7 +30,7 @@ const freezeTries = 1000
 //
 // With a cgroup, the tree is the cgroup: SIGKILL is cgroup.kill (atomic
 // against forks) and the tree is gone when cgroup.events says so; the
-// sweep sleeps in poll(2) on an inotify watch of it.
+// sweep sleeps in poll(2) on it and on pidfds of its members.
 //
 // Without one, the tree is what members reads afresh. The sweep waits in
 // poll(2) on a pidfd of each process it knows, and re-reads the set when
@@ -106,18 +106,26 @@ func (s *sweep) cancelled() error {
 }
 
 func (s *sweep) runCgroup(timer fence.Timer) error {
-	events, err := s.cg.watch() // before the first reading: no change is missed
+	// cgroup.events is watched through poll(2) on the file itself
+	// (kernfs wakes it with POLLPRI on a change), not inotify, whose
+	// close waits for an SRCU grace period (milliseconds on every stop).
+	events, err := s.cg.openEvents()
 	if err != nil {
 		return err
 	}
 	defer unix.Close(events)
-	if pop, err := s.cg.populated(); err != nil || !pop {
+	if pop, err := readPopulated(events, s.cg.path); err != nil || !pop {
 		return err
 	}
-	skip := func(pid int) bool {
-		q, err := readProc(pid)
-		return err == nil && s.group != 0 && q.pgid == s.group
-	}
+	// The kernel rate-limits cgroup.events notifications (10 ms apart):
+	// pidfds of the members there at the start wake the sweep at once
+	// when they end, and cgroup.events is read again then.
+	members := s.cg.track(maxTracked)
+	defer func() {
+		for _, m := range members {
+			unix.Close(m.fd)
+		}
+	}()
 	s.log.Debug("sending the stop signal", "signal", s.sig, "cgroup", s.cg.path)
 	for _, sig := range []syscall.Signal{s.sig, syscall.SIGCONT} {
 		if s.foreign {
@@ -129,8 +137,13 @@ func (s *sweep) runCgroup(timer fence.Timer) error {
 				s.log.Warn("cannot signal the process group", "pgid", s.group, "signal", sig, "error", err)
 			}
 		}
-		if _, err := s.cg.signal(sig, skip); err != nil {
-			s.log.Warn("cannot signal every process of the cgroup", "signal", sig, "error", err)
+		for _, m := range members {
+			if s.group != 0 && m.pgid == s.group {
+				continue
+			}
+			if err := sendSignal(m.fd, sig); err != nil {
+				s.log.Warn("cannot signal a process of the cgroup", "pid", m.pid, "signal", sig, "error", err)
+			}
 		}
 	}
 	killed := false
@@ -138,7 +151,7 @@ func (s *sweep) runCgroup(timer fence.Timer) error {
 		if err := s.cancelled(); err != nil {
 			return err
 		}
-		pop, err := s.cg.populated()
+		pop, err := readPopulated(events, s.cg.path)
 		if err != nil {
 			return err
 		}
@@ -155,14 +168,29 @@ func (s *sweep) runCgroup(timer fence.Timer) error {
 		if !killed {
 			timer.Set(s.deadline())
 		}
-		fds := []unix.PollFd{{Fd: int32(s.wake), Events: unix.POLLIN}, {Fd: int32(events), Events: unix.POLLIN}}
+		fds := []unix.PollFd{{Fd: int32(s.wake), Events: unix.POLLIN}, {Fd: int32(events), Events: unix.POLLPRI}}
+		for _, m := range members {
+			fds = append(fds, unix.PollFd{Fd: int32(m.fd), Events: unix.POLLIN})
+		}
 		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
 			return fmt.Errorf("supervisor: poll: %w", err)
 		}
 		drain(s.wake)
-		drain(events)
+		kept := members[:0]
+		for i, m := range members {
+			if fds[i+2].Revents != 0 {
+				unix.Close(m.fd)
+				continue
+			}
+			kept = append(kept, m)
+		}
+		members = kept
 	}
 }
+
+// maxTracked bounds the pidfds a cgroup sweep holds: beyond it, the
+// sweep is woken by cgroup.events alone.
+const maxTracked = 256
 
 func (s *sweep) runProcs(timer fence.Timer) error {
 	tracked := map[procKey]int{} // pidfds of the processes waited for
@@ -401,7 +429,7 @@ func subset(a, b []int) bool {
 	return true
 }
 
-// drain empties a non-blocking eventfd or inotify descriptor.
+// drain empties a non-blocking eventfd.
 func drain(fd int) {
 	var b [4096]byte
 	for {
