@@ -123,6 +123,7 @@ func killHolderLeavingKinds(t *testing.T, s *sandbox, cg *testCgroup, key, mode 
 	for _, f := range leftoverFiles {
 		pids[f] = readPids(waitPidFile(t, s.path(f)))[0]
 	}
+	s.waitRecorded(t, key)
 	setgid := pids["setgid.pid"]
 	if err := waitFor(func() bool {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", setgid))
@@ -140,6 +141,25 @@ func killHolderLeavingKinds(t *testing.T, s *sandbox, cg *testCgroup, key, mode 
 		}
 	}
 	return c.Process.Pid, pids
+}
+
+// waitRecorded waits until key's record names its holder's command (status
+// shows command_pid): from then on a SIGKILL of the wrapper leaves its
+// process group and session recorded. (Before, in the moment between the
+// start and that write, only the marker and the cgroup are.)
+func (s *sandbox) waitRecorded(t *testing.T, key string) {
+	t.Helper()
+	if err := waitFor(func() bool {
+		out, _ := fencerun(s.state, "status", key, "--json").Output()
+		var st struct {
+			Holder *struct {
+				CommandPID int `json:"command_pid"`
+			} `json:"holder"`
+		}
+		return json.Unmarshal(out, &st) == nil && st.Holder != nil && st.Holder.CommandPID != 0
+	}); err != nil {
+		t.Fatalf("the record of %s never named the command", key)
+	}
 }
 
 // leftoversView is the "leftovers" object of status --json.
@@ -497,6 +517,7 @@ func TestLeftoverInTheWrappersSessionWithoutCgroup(t *testing.T) {
 		`env -i /usr/bin/perl -e 'setpgrp(0, 0); open(F, ">", "pg.tmp"); print F "$$\n"; close F; rename "pg.tmp", "pg.pid"; sleep 1000' & wait`)
 	cg.startSession(t, c)
 	pid := readPids(waitPidFile(t, s.path("pg.pid")))[0]
+	s.waitRecorded(t, "job")
 	if q := procStat(pid); len(q) < 3 || q[2] != strconv.Itoa(pid) {
 		t.Fatalf("the leftover did not leave the command's group: %v", q)
 	}
