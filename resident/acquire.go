@@ -166,7 +166,8 @@ type attempt struct {
 	pending  bool          // no answer yet
 	reqUntil time.Duration // on c.Clock
 
-	standbyFor uint64 // fence of the holder the standby log line was for
+	standbyFor uint64       // fence of the holder the standby log line was for
+	standby    *standbyFile // shown as a waiter by Status while waiting
 }
 
 func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
@@ -253,6 +254,13 @@ func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
 		if !a.pending && a.standbyFor != pl.Fence {
 			a.standbyFor = pl.Fence
 			a.log.Info("waiting as a standby", "holder_pid", pl.PID, "holder_host", pl.Host, "fence", pl.Fence)
+			if a.standby == nil {
+				var err error
+				a.standby, err = register(a.p, standby{PID: a.pid, Host: a.host, Name: a.c.Name, Reason: a.c.Reason, Since: a.c.Now()})
+				if err != nil {
+					a.log.Warn("cannot show this standby in status", "error", err)
+				}
+			}
 		}
 		if !a.w.follow(pl.PID, pl.Host) {
 			continue // it just exited: look again, without waiting
@@ -466,6 +474,7 @@ func (a *attempt) closeFile() {
 
 func (a *attempt) close() {
 	a.closeFile()
+	a.standby.remove()
 	if a.w != nil {
 		a.w.close()
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -89,5 +90,46 @@ func TestStoreDirectoryOthersCanWriteIsRefused(t *testing.T) {
 		if r != nil {
 			r.Release(context.Background())
 		}
+	}
+}
+
+// R8: standbys are shown as waiters by Status, oldest first, and leave no
+// trace once they stop waiting.
+func TestStandbysAreWaiters(t *testing.T) {
+	t.Parallel()
+	storePath := filepath.Join(t.TempDir(), "app.db")
+	holder := mustAcquire(t, storePath, Claim{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	for _, name := range []string{"first", "second"} {
+		go func() {
+			_, _, err := Acquire(ctx, storePath, Claim{Claim: store.Claim{Name: name, Reason: "standing by", Wait: true}})
+			done <- err
+		}()
+		var st *store.Status
+		for deadline := time.Now().Add(guard); ; {
+			st = mustStatus(t, storePath)
+			if len(st.Waiters) > 0 && st.Waiters[len(st.Waiters)-1].Name == name {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("standby %s never shown: %+v", name, st.Waiters)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	st := mustStatus(t, storePath)
+	if len(st.Waiters) != 2 || st.Waiters[0].Name != "first" || st.Waiters[1].Reason != "standing by" || st.Waiters[0].PID != os.Getpid() {
+		t.Fatalf("waiters %+v", st.Waiters)
+	}
+	cancel()
+	<-done
+	<-done
+	if st := mustStatus(t, storePath); len(st.Waiters) != 0 {
+		t.Fatalf("standbys left behind: %+v", st.Waiters)
+	}
+	holder.Release(context.Background())
+	if m, _ := filepath.Glob(storePath + ".resident.wait-*"); len(m) != 0 {
+		t.Fatalf("files left behind: %v", m)
 	}
 }

@@ -70,6 +70,7 @@ func Status(storePath string) (*store.Status, error) {
 			return st, nil
 		}
 		st.State, st.Holder = store.Held, pl.holder()
+		st.Waiters = append(st.Waiters, standbys(p)...)
 		st.Holder.Marker = ""
 		if pl.stuck(time.Now()) {
 			st.State = store.Stuck

@@ -18,6 +18,7 @@ func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Cl
 	if r.Build != "" {
 		path = r.Build
 	}
+	noteResident(g, r.Resident)
 	build, err := resident.BuildOf(path)
 	if err != nil {
 		// An unstamped build is never newer: the run can still hold a free
@@ -106,4 +107,48 @@ func cancelResident(path string) error {
 	}
 	fmt.Printf("asked the resident of %s to stop its command (it exits 77)\n", path)
 	return nil
+}
+
+// residentBook is what the file backend keeps of the resident roles a root
+// has seen, for list.
+type residentBook interface {
+	NoteResident(storePath string) error
+	Residents() ([]string, error)
+}
+
+// noteResident records the role of storePath in the state root, so that
+// list shows it; failing to only costs that.
+func noteResident(g *Globals, storePath string) {
+	backend, err := g.openStore(true)
+	if err != nil {
+		return
+	}
+	real, err := resident.StorePath(storePath)
+	if book, ok := backend.(residentBook); ok && err == nil {
+		if err := book.NoteResident(real); err != nil {
+			g.log.Warn("cannot note the resident role in the state root; list will not show it", "error", err)
+		}
+	}
+}
+
+// residentRoles is the status of every resident role the root has seen.
+func residentRoles(g *Globals, backend store.Store) []store.Status {
+	book, ok := backend.(residentBook)
+	if !ok {
+		return nil
+	}
+	paths, err := book.Residents()
+	if err != nil {
+		g.log.Warn("cannot read the resident roles of the state root", "error", err)
+		return nil
+	}
+	var out []store.Status
+	for _, p := range paths {
+		st, err := resident.Status(p)
+		if err != nil {
+			st = &store.Status{Store: p, State: store.Corrupt, Waiters: []store.Holder{}, Err: err}
+		}
+		out = append(out, *st)
+	}
+	return out
 }

@@ -121,6 +121,7 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 		if all, err = backend.List(ctx); err != nil {
 			return fail(exitFailed, "%v", err)
 		}
+		all = append(all, residentRoles(g, backend)...)
 	}
 	all = slices.DeleteFunc(all, func(st store.Status) bool { return !l.shows(st) })
 	views := make([]statusView, len(all))
@@ -147,7 +148,11 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 		if v.Leftovers != nil {
 			reason = v.Leftovers.String()
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", st.Key, st.State, store.Printable(holder), heldFor, len(st.Waiters), store.Printable(reason))
+		name := st.Key
+		if name == "" {
+			name = store.Printable(st.Store) // a resident role, by its store path (keys never start with /)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", name, st.State, store.Printable(holder), heldFor, len(st.Waiters), store.Printable(reason))
 	}
 	return w.Flush()
 }
