@@ -1,4 +1,4 @@
-# fencerun: build, test, integration, chaos, bench, lint.
+# fencerun: build, test, integration, chaos, bench, lint, man, release.
 # `just` itself: npm install -g rust-just
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
@@ -10,6 +10,21 @@ version := `git describe --tags --always --dirty 2>/dev/null || echo devel`
 build:
     CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/fencerun/fencerun/internal/cli.version={{version}}" -o bin/fencerun ./cmd/fencerun
     CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/fencerun/fencerun/internal/cli.version={{version}}" -o bin/fencerun-etcd ./cmd/fencerun-etcd
+
+# Static binaries for linux/amd64 and linux/arm64: dist/fencerun-VERSION-linux-ARCH/
+# holds fencerun, fencerun-etcd (found beside it) and the manual page, and a .tar.gz
+# of each; dist/SHA256SUMS covers the archives and every file in them.
+release: man
+    rm -rf dist && mkdir -p dist
+    for arch in amd64 arm64; do \
+        d=dist/fencerun-{{version}}-linux-$arch; mkdir -p $d; \
+        for cmd in fencerun fencerun-etcd; do \
+            CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w -X github.com/fencerun/fencerun/internal/cli.version={{version}}" -o $d/$cmd ./cmd/$cmd; \
+        done; \
+        cp docs/fencerun.1 README.md LICENSE CHANGELOG.md $d/; \
+        tar -C dist -czf $d.tar.gz $(basename $d); \
+    done
+    cd dist && sha256sum *.tar.gz */* > SHA256SUMS && cat SHA256SUMS
 
 # The manual page, docs/fencerun.1, from the command model (a test fails when it is stale).
 man:
