@@ -42,7 +42,7 @@ integration:
 chaos minutes="5":
     FENCERUN_CHAOS_MINUTES={{minutes}} go test -race -count=1 -run 'Chaos' -timeout 0 ./integration/...
 
-# Benchmarks: fencerun against flock(1) in one run (SPEC P1-P6), the store's Go
+# Benchmarks: fencerun against flock(1) in one run (docs/CONTRACT.md P1-P6), the store's Go
 # benchmarks included; rewrites BENCHMARKS.md. Flags pass through: just bench -bench-count 6
 bench *FLAGS:
     command -v flock >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)

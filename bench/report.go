@@ -14,7 +14,7 @@ import (
 )
 
 // row is one figure of the table: fencerun's sample, the peer's (nil where
-// no peer exists) and the goal SPEC.md sets for it.
+// no peer exists) and the goal CONTRACT.md sets for it.
 type row struct {
 	id       string // P1..P7
 	figure   string

@@ -63,7 +63,7 @@ func (h *harness) specs(name string, tools []*tool, samples []*sample) []lockSpe
 // there: flock(1) for the file backend (P1, P2); the etcd issue adds
 // fencerun --etcd against `etcdctl lock` and runs the same scenarios as P7.
 type pair struct {
-	id   string // the SPEC figure the rows are for
+	id   string // the contract figure the rows are for
 	subj *tool
 	peer *tool
 }

@@ -38,7 +38,7 @@ import (
 	"github.com/fencerun/fencerun/store"
 )
 
-// MinTTL is the shortest lease fencerun accepts (SPEC.md: at least 1s).
+// MinTTL is the shortest lease fencerun accepts (CONTRACT.md: at least 1s).
 const MinTTL = time.Second
 
 // Reason says why a keeper ended.

@@ -31,7 +31,7 @@
 // that breaks while the command is being stopped still cuts its grace
 // short, and a command that is stopping may still tick and get signals.
 //
-// What it keeps, of SPEC.md's safety properties (docs/CONTRACT.md):
+// What it keeps, of the contract's safety properties (docs/CONTRACT.md):
 //
 //   - S1: the command starts only once the lease is held, and only after
 //     the leftovers of dead predecessors are gone (they are stopped to the

@@ -327,7 +327,7 @@ func stopLeftovers(ctx context.Context, cfg *Config, lease store.Lease, log hclo
 		return err
 	}
 	if elsewhere {
-		// Only a fencerun on that host can stop them (SPEC E5): they stay
+		// Only a fencerun on that host can stop them (E5): they stay
 		// recorded for it.
 		log.Warn("a dead holder's leftovers run on another host; they are left to a fencerun there")
 		return nil

@@ -192,7 +192,7 @@ func TestEtcdRevocationStopsTheTree(t *testing.T) {
 			if alive(pid) {
 				t.Errorf("command pid %d still alive after fencerun exited", pid)
 			}
-			// SPEC E3: stopped within a second (a watch, not polling),
+			// E3: stopped within a second (a watch, not polling),
 			// then the capped grace; the rest is margin for a loaded
 			// machine.
 			if took := time.Since(start); took > time.Second+grace+2*time.Second {

@@ -1,6 +1,6 @@
 package integration
 
-// Process tests of the resident role (SPEC.md R1-R8): S1, S2, S7 and S8 hold
+// Process tests of the resident role (CONTRACT.md R1-R8): S1, S2, S7 and S8 hold
 // for a resident as they do for a key. Same rules as process_test.go: every
 // wait is on a file, a process, a log line or status output, bounded by the
 // guard; the sleeps in commands are the scenario, never synchronisation.

@@ -29,7 +29,7 @@ func needRoot(t *testing.T) {
 // PrivateNetwork= unit sharing the state directory) is noticed within a
 // second, not at the next renewal. The TTL is 30s, so a holder that only
 // noticed at its renewal would take 10s; the bound asserted (3s) is the
-// SPEC's second with margin for a loaded machine, as the issue demands.
+// the contract's second with margin for a loaded machine, as the issue demands.
 func TestRevokeFromAnotherNetworkNamespace(t *testing.T) {
 	needRoot(t)
 	unshare, err := exec.LookPath("unshare")
@@ -58,7 +58,7 @@ func TestRevokeFromAnotherNetworkNamespace(t *testing.T) {
 	}
 	t.Logf("tree dead %v after a release --force from another network namespace", took)
 	if took > 3*time.Second {
-		t.Errorf("the holder took %v to notice a revocation from another network namespace; SPEC S5 says within a second", took)
+		t.Errorf("the holder took %v to notice a revocation from another network namespace; S5 says within a second", took)
 	}
 }
 

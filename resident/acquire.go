@@ -14,7 +14,7 @@ import (
 	"github.com/fencerun/fencerun/store"
 )
 
-// Defaults of `run --resident` (SPEC.md).
+// Defaults of `run --resident` (CONTRACT.md).
 const (
 	DefaultStuckAfter   = 5 * time.Minute
 	DefaultHandoverWait = 30 * time.Second

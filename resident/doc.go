@@ -1,4 +1,4 @@
-// Package resident is the resident role of one store file (SPEC.md R1-R8):
+// Package resident is the resident role of one store file (CONTRACT.md R1-R8):
 // one live process serves a store, a second one is refused with the holder
 // named or waits as a standby, and a newer build of the command can ask the
 // holder to hand the role over. A held role is a *Role, which is a

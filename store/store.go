@@ -33,7 +33,7 @@
 // What the file backend adds, and other backends do not promise: a holder
 // that is alive but silent (stopped, swapped out) is never taken from, even
 // past its expiry, because liveness is a kernel lock, not a clock. On etcd
-// a holder silent for longer than its TTL has lost its lease (SPEC.md E4).
+// a holder silent for longer than its TTL has lost its lease (CONTRACT.md E4).
 //
 // It does not stop anything: a Lease that is lost only says so. Stopping the
 // command before the lease can expire is the job of package fence.
@@ -308,7 +308,7 @@ type Pruned struct {
 // Key rules (B1).
 const MaxKeyLen = 80
 
-// ValidateKey checks a key against the rules of SPEC.md B1 and returns an
+// ValidateKey checks a key against the rules of CONTRACT.md B1 and returns an
 // error wrapping ErrInvalidKey that names the rule broken.
 func ValidateKey(key string) error {
 	switch {

@@ -113,7 +113,7 @@ func helper(mode string, args []string) int {
 	return 125
 }
 
-// forwarded are the signals SPEC.md S7 has fencerun forward.
+// forwarded are the signals CONTRACT.md S7 has fencerun forward.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 

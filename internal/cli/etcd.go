@@ -17,7 +17,7 @@ import (
 )
 
 // EtcdFlags are the etcd backend's global flags, named and read as
-// etcdctl's (SPEC global flags). ETCDCTL_* variables fill what FENCERUN_*
+// etcdctl's (contract: global flags). ETCDCTL_* variables fill what FENCERUN_*
 // leave unset; only --etcd (FENCERUN_ETCD) selects etcd, never
 // ETCDCTL_ENDPOINTS.
 type EtcdFlags struct {

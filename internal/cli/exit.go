@@ -11,7 +11,7 @@ import (
 	"github.com/fencerun/fencerun/supervisor"
 )
 
-// Exit codes of SPEC.md's table. This file is the one place that decides
+// Exit codes of the contract's table. This file is the one place that decides
 // which of them fencerun exits with: runExit for a run's outcome,
 // statusExit for status --exit-code, usage and fail for everything else.
 const (

@@ -1,7 +1,7 @@
 package cli
 
 // The long help of each command: what it means, not only how to call it
-// (SPEC.md: --help explains the semantics).
+// (CONTRACT.md: --help explains the semantics).
 
 // Help explains run.
 func (RunCmd) Help() string {

@@ -16,7 +16,7 @@ type InitCmd struct {
 
 // Help explains the trust a group store implies.
 func (InitCmd) Help() string {
-	return "Makes DIR a group store (SPEC S9): group GROUP, mode 2770; every file in it 0660 and every directory 2770 in GROUP, set explicitly whatever the umask. Members of GROUP and root then share its keys by naming it with the same --dir, and are trusted with each other's leases: any member can read the others' tokens, release or cancel their leases. Nobody else can use it (exit 125).\n\nExample:\n  sudo fencerun init --group deploy /var/lib/fencerun-deploy\n  fencerun --dir /var/lib/fencerun-deploy run --key deploy:prod -- ./deploy.sh"
+	return "Makes DIR a group store (S9 in the contract): group GROUP, mode 2770; every file in it 0660 and every directory 2770 in GROUP, set explicitly whatever the umask. Members of GROUP and root then share its keys by naming it with the same --dir, and are trusted with each other's leases: any member can read the others' tokens, release or cancel their leases. Nobody else can use it (exit 125).\n\nExample:\n  sudo fencerun init --group deploy /var/lib/fencerun-deploy\n  fencerun --dir /var/lib/fencerun-deploy run --key deploy:prod -- ./deploy.sh"
 }
 
 // Run creates the store.

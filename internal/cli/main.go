@@ -68,7 +68,7 @@ var openEtcd EtcdOpener
 func Main(args []string, etcd EtcdOpener) int {
 	openEtcd = etcd
 	// Inside a fenced command, FENCERUN_KEY and FENCERUN_RESIDENT describe
-	// the enclosing lease (SPEC.md: what the command is given). Read as the
+	// the enclosing lease (CONTRACT.md: what the command is given). Read as the
 	// --key and --resident of a nested fencerun, they would make it queue
 	// behind its own parent forever; FENCERUN_TICK tells that they came
 	// from a fencerun, not from the user.
@@ -223,7 +223,7 @@ func (g *Globals) openStore(create bool) (store.Store, error) {
 }
 
 // noState is a read-only command's missing state root: not a failure,
-// an empty result (SPEC command line).
+// an empty result (contract: command line).
 type noState struct {
 	root string
 	err  error

@@ -328,7 +328,7 @@ func (r *RunCmd) notAcquired(err error, holder func() *store.Holder) error {
 	return err
 }
 
-// commandEnv is the command's environment under lease (SPEC: what the
+// commandEnv is the command's environment under lease (contract: what the
 // command is given).
 func (r *RunCmd) commandEnv(lease store.Lease, marker string) []string {
 	env := withoutFencerunVars(os.Environ())

@@ -157,7 +157,7 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 	return w.Flush()
 }
 
-// statusView is the JSON shape of SPEC.md: a status with its error spelled
+// statusView is the JSON shape of CONTRACT.md: a status with its error spelled
 // out, and waiters never null.
 type statusView struct {
 	store.Status
@@ -176,7 +176,7 @@ type waiterView struct {
 	Build  *store.Build `json:"build,omitempty"`
 }
 
-// leftoversView is what a dead holder left running (SPEC: a free key keeps
+// leftoversView is what a dead holder left running (contract: a free key keeps
 // its state, with this beside it).
 type leftoversView struct {
 	HolderPID int    `json:"holder_pid"`

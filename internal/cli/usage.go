@@ -76,7 +76,7 @@ func earlyLogOptions(args []string) logOptions {
 }
 
 // bare is `fencerun` without a command: the usage on stderr and 125, as a
-// mistyped command line is (SPEC command line). With --log-format json it
+// mistyped command line is (contract: command line). With --log-format json it
 // is one JSON line, as everything fencerun writes to stderr then is.
 func bare(k *kong.Kong, o logOptions) int {
 	var names []string

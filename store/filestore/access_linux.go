@@ -184,7 +184,7 @@ func groupName(gid int) string {
 // not in.
 var ErrNotMember = errors.New("filestore: not a member of the group")
 
-// Init makes dir a group store of the group gid (SPEC S9): it creates dir
+// Init makes dir a group store of the group gid (S9 in the contract): it creates dir
 // (its parent must exist) or takes an empty one of the caller's, sets its
 // group to gid and its mode to 2770 explicitly, and creates its keys
 // directory. The caller must be root or a member of the group. A dir that

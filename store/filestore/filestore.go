@@ -34,7 +34,7 @@ type Options struct {
 	Now func() time.Time
 	// MustExist opens only an existing state root and creates nothing:
 	// a missing root (or one without a keys directory) is ErrNoState.
-	// Only commands that take leases create a root (SPEC command line).
+	// Only commands that take leases create a root (contract: command line).
 	MustExist bool
 }
 

@@ -16,7 +16,7 @@ const (
 	hexDigits = "0123456789abcdef"
 )
 
-// EncodeKey maps a key to the name of its directory (SPEC.md B1). Bytes in
+// EncodeKey maps a key to the name of its directory (CONTRACT.md B1). Bytes in
 // [a-z0-9-] stay as they are; every other byte becomes '_' and two lowercase
 // hex digits; the name starts with "k-". So the name holds no '/' and no '.'
 // (no "..", no trailing dot), is never a Windows device name, and two keys

@@ -34,7 +34,7 @@ import (
 // Why not inotify on the key directory: tearing an inotify instance down
 // waits for the kernel's fsnotify reaper and an SRCU grace period, 5 to
 // 20 ms measured here, on every release and at process exit, which alone
-// would cost fencerun more than flock(1) takes for a whole run (SPEC P1).
+// would cost fencerun more than flock(1) takes for a whole run (P1).
 // A socket closes in microseconds.
 //
 // What it does not reach: hand edits of the state files (the holder sees

@@ -299,7 +299,7 @@ func testRenewAfterRevoke(t *testing.T, b *Backend) {
 	}
 }
 
-// changeBound is the SPEC's "within a second" (S5, E3), with room for a
+// changeBound is the contract's "within a second" (S5, E3), with room for a
 // loaded 2-core machine under -race: the bound the issue asks to assert.
 const changeBound = 2 * time.Second
 
