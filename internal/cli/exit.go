@@ -4,16 +4,19 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fenced"
+	"github.com/fencerun/fencerun/internal/errtext"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
 
 // Exit codes of the contract's table. This file is the one place that decides
 // which of them fencerun exits with: runExit for a run's outcome,
-// statusExit for status --exit-code, usage and fail for everything else.
+// statusExit for status --exit-code, usage and fail for everything else,
+// and exitOf for what main finally returns.
 const (
 	exitConflict    = 75  // the lease was not acquired (-E changes it)
 	exitFenceBroken = 76  // revoked, taken over, or not renewed in time
@@ -76,6 +79,34 @@ func notStarted(err error) error {
 // corrupt.
 func statusExit(s store.State) error {
 	return exitCode(map[store.State]int{store.Held: 0, store.Stuck: 0, store.Free: 3, store.Expired: 4, store.Corrupt: 5}[s])
+}
+
+// exitOf is the code fencerun exits with once a command ran and returned
+// err, and the one line it logs: none for a code with nothing to say, a
+// warning for an expected end (a conflict), an error for a failure.
+func exitOf(err error, log hclog.Logger) int {
+	if err == nil {
+		return 0
+	}
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code)
+	}
+	var expected *expectedError
+	if errors.As(err, &expected) {
+		// Not a failure (cron mails every line): one warn line, and none
+		// when -E chose what a conflict means.
+		if !expected.silent {
+			log.Warn(errtext.Sentence(err))
+		}
+		return expected.code
+	}
+	log.Error(errtext.Sentence(err))
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
+	}
+	return exitFailed
 }
 
 // exitError carries the exit code of a failure; kong and main honour

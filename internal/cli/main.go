@@ -24,7 +24,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/internal/duration"
-	"github.com/fencerun/fencerun/internal/errtext"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/filestore"
 )
@@ -67,15 +66,7 @@ var openEtcd EtcdOpener
 // etcd backend; nil (fencerun) execs fencerun-etcd when --etcd is given.
 func Main(args []string, etcd EtcdOpener) int {
 	openEtcd = etcd
-	// Inside a fenced command, FENCERUN_KEY and FENCERUN_RESIDENT describe
-	// the enclosing lease (CONTRACT.md: what the command is given). Read as the
-	// --key and --resident of a nested fencerun, they would make it queue
-	// behind its own parent forever; FENCERUN_TICK tells that they came
-	// from a fencerun, not from the user.
-	if os.Getenv("FENCERUN_TICK") != "" {
-		os.Unsetenv("FENCERUN_KEY")
-		os.Unsetenv("FENCERUN_RESIDENT")
-	}
+	hideEnclosingLease()
 	// The logger exists before the command line is parsed, so that with
 	// --log-format json even a parse error is a JSON line (issue 12).
 	early := earlyLogOptions(args)
@@ -100,26 +91,11 @@ func Main(args []string, etcd EtcdOpener) int {
 		return exit
 	}
 	if err != nil {
-		var perr *kong.ParseError
-		if errors.As(err, &perr) && perr.Context != nil && perr.Context.Selected() == nil && noCommand(perr) {
-			return bare(parser, early)
-		}
-		// A Validate hook's own error says what was wrong without kong's
-		// "run: " in front of it.
-		var ours *exitError
-		if errors.As(err, &ours) {
-			err = ours
-		}
-		log.Error(err.Error() + hint(perr))
-		return exitFailed
+		return parseFailed(err, parser, early, log)
 	}
 	if cli.Etcd != "" {
-		if err := cli.checkEtcd(kctx); err != nil {
+		if err := cli.selectEtcd(kctx, args); err != nil {
 			log.Error(err.Error())
-			return exitFailed
-		}
-		if openEtcd == nil {
-			log.Error(execEtcd(args).Error()) // returns only on failure
 			return exitFailed
 		}
 	}
@@ -131,28 +107,48 @@ func Main(args []string, etcd EtcdOpener) int {
 	if exit >= 0 { // help COMMAND
 		return exit
 	}
-	if err == nil {
-		return 0
+	return exitOf(err, cli.log)
+}
+
+// hideEnclosingLease: inside a fenced command, FENCERUN_KEY and
+// FENCERUN_RESIDENT describe the enclosing lease (CONTRACT.md: what the
+// command is given). Read as the --key and --resident of a nested
+// fencerun, they would make it queue behind its own parent forever;
+// FENCERUN_TICK tells that they came from a fencerun, not from the user.
+func hideEnclosingLease() {
+	if os.Getenv("FENCERUN_TICK") != "" {
+		os.Unsetenv("FENCERUN_KEY")
+		os.Unsetenv("FENCERUN_RESIDENT")
 	}
-	var code exitCode
-	if errors.As(err, &code) {
-		return int(code)
+}
+
+// parseFailed reports a command line kong could not parse: the usage for
+// a missing command, else the error (125).
+func parseFailed(err error, parser *kong.Kong, early logOptions, log hclog.Logger) int {
+	var perr *kong.ParseError
+	if errors.As(err, &perr) && perr.Context != nil && perr.Context.Selected() == nil && noCommand(perr) {
+		return bare(parser, early)
 	}
-	var expected *expectedError
-	if errors.As(err, &expected) {
-		// Not a failure (cron mails every line): one warn line, and none
-		// when -E chose what a conflict means.
-		if !expected.silent {
-			cli.log.Warn(errtext.Sentence(err))
-		}
-		return expected.code
+	// A Validate hook's own error says what was wrong without kong's
+	// "run: " in front of it.
+	var ours *exitError
+	if errors.As(err, &ours) {
+		err = ours
 	}
-	cli.log.Error(errtext.Sentence(err))
-	var coded interface{ ExitCode() int }
-	if errors.As(err, &coded) {
-		return coded.ExitCode()
-	}
+	log.Error(err.Error() + hint(perr))
 	return exitFailed
+}
+
+// selectEtcd checks the etcd flags and, in a binary without the etcd
+// client, execs fencerun-etcd; it returns only on failure there.
+func (cli *CLI) selectEtcd(kctx *kong.Context, args []string) error {
+	if err := cli.checkEtcd(kctx); err != nil {
+		return err
+	}
+	if openEtcd == nil {
+		return execEtcd(args)
+	}
+	return nil
 }
 
 // newParser is fencerun's kong parser: the one command model that --help,

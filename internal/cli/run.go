@@ -56,17 +56,7 @@ func (r *RunCmd) Validate(kctx *kong.Context) error {
 		r.Command = r.Command[1:] // kong's partial passthrough keeps the separator
 	}
 	r.conflictGiven = given(kctx, "conflict-exit-code")
-	if r.NoWait && r.Wait != nil && !r.Wait.None() {
-		// What is typed beats what is exported: FENCERUN_WAIT=10m in a
-		// profile must not break a cron line's -n. Typed together, or
-		// exported together, they contradict each other (below).
-		switch n, w := typed(kctx, "no-wait"), typed(kctx, "wait"); {
-		case n && !w:
-			r.Wait = nil
-		case w && !n:
-			r.NoWait = false
-		}
-	}
+	r.typedWaitWins(kctx)
 	switch {
 	case r.Key == nil && r.Resident == "":
 		return usage("run needs --key KEY or --resident PATH")
@@ -98,6 +88,34 @@ func (r *RunCmd) Validate(kctx *kong.Context) error {
 	if err := store.ValidateText("--reason", r.Reason); err != nil {
 		return usage("%v", err)
 	}
+	if err := r.validResident(); err != nil {
+		return err
+	}
+	if r.Key != nil {
+		return validKey(*r.Key)
+	}
+	return nil
+}
+
+// typedWaitWins settles -n against --wait: what is typed beats what is
+// exported, so FENCERUN_WAIT=10m in a profile does not break a cron line's
+// -n. Typed together, or exported together, they contradict each other
+// (Validate).
+func (r *RunCmd) typedWaitWins(kctx *kong.Context) {
+	if !r.NoWait || r.Wait == nil || r.Wait.None() {
+		return
+	}
+	switch n, w := typed(kctx, "no-wait"), typed(kctx, "wait"); {
+	case n && !w:
+		r.Wait = nil
+	case w && !n:
+		r.NoWait = false
+	}
+}
+
+// validResident checks --resident and --build before anything touches the
+// disk.
+func (r *RunCmd) validResident() error {
 	if r.Resident != "" {
 		if err := validResident(r.Resident); err != nil {
 			return err
@@ -110,9 +128,6 @@ func (r *RunCmd) Validate(kctx *kong.Context) error {
 		if fi, err := os.Stat(r.Build); err != nil || !fi.Mode().IsRegular() {
 			return usage("--build %s: not a regular file (%v)", r.Build, err)
 		}
-	}
-	if r.Key != nil {
-		return validKey(*r.Key)
 	}
 	return nil
 }
@@ -156,7 +171,6 @@ var errGaveUp = errors.New("gave up waiting")
 // Run acquires the lease, runs the command under it and releases: the
 // work is package fenced's; this is its wiring.
 func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
-	stopSig, _ := parseSignal(r.KillSignal)
 	// Every line of a run names its key or store (and, from the lease on,
 	// its fence).
 	log := g.log.With("key", deref(r.Key))
@@ -189,7 +203,15 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	out := fenced.Run(ctx, fenced.Config{
+	out := fenced.Run(ctx, r.config(g, log, claim, path, sigs, ticks, clock))
+	return r.exit(out)
+}
+
+// config is the run for package fenced: how to take the lease, start the
+// command under it and stop what dead predecessors left.
+func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path string, sigs <-chan os.Signal, ticks fenced.Ticks, clock fence.Clock) fenced.Config {
+	stopSig, _ := parseSignal(r.KillSignal)
+	return fenced.Config{
 		Acquire: func(ctx context.Context) (store.Lease, error) { return r.acquire(ctx, g, log, claim, path) },
 		Start: func(lease store.Lease) (fenced.Process, error) {
 			return supervisor.Start(supervisor.Config{
@@ -205,8 +227,13 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		Signals: sigs, Ticks: ticks,
 		TTL: r.TTL, Grace: r.Grace, Timeout: r.Timeout, StuckAfter: r.stuckAfter(),
 		Clock: clock, Logger: log,
-	})
-	err = runExit(out, r.ConflictExit)
+	}
+}
+
+// exit is runExit, with what only this run knows: whether -E chose what a
+// conflict means, and what an interrupted wait was waiting for.
+func (r *RunCmd) exit(out fenced.Outcome) error {
+	err := runExit(out, r.ConflictExit)
 	var expected *expectedError
 	if errors.As(err, &expected) {
 		switch {
