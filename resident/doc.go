@@ -12,14 +12,26 @@
 //	                          as long as it lives; its content is the payload
 //	app.db.resident.fence     {"schema":1,"fence":N}: the last fencing token
 //	app.db.resident.handover  a newcomer's handover request (at most one)
+//	app.db.resident.cancel    a cancel request: the holder's fence (cancel --resident)
+//	app.db.resident.wait-*    a standby, locked by it while it waits (status shows it)
 //
-// All are created 0600 and opened with O_NOFOLLOW; a symlink, a directory
+// The store path is its real path (R1: a symlink to the store is the same
+// role), and a path naming a directory is refused. A store directory that
+// group or others can write (without the sticky bit) is refused (R4). All
+// files are created 0600 and opened with O_NOFOLLOW; a symlink, a directory
 // or another non-regular file in their place is an error naming it (B4),
-// and so is, except for Status, a file owned by another user. The lock file
-// is never deleted by fencerun: deleting or
-// replacing the lock file would let a standby lock an orphaned inode, so a
-// holder instead checks that the path still names the inode it locked
-// (Renew, Check) and gives up the role (store.ErrLost) when it does not.
+// and so is, except for Status, a file owned by another user. A payload
+// that cannot be read fails closed, held or not (S6): Acquire returns
+// store.ErrCorrupt naming the file, Status says corrupt, and Revoke
+// (release --resident --force) clears it. The lock file is deleted only by
+// Revoke: deleting or replacing it (by hand, a cleanup script) would let a
+// standby lock a fresh inode, so a holder checks that the path still names
+// the inode it locked (inotify, a check every second, Renew, Check) and
+// gives up the role (store.ErrLost) when it does not, and a newcomer waits
+// for the holder's claim until its tree is gone (moved_linux.go).
+//
+// Only a build of the same program is newer (R4): Build.Path is the
+// command's path as found through PATH, symlinks not followed, or --build.
 //
 // # What it guarantees
 //
