@@ -30,9 +30,12 @@ type paths struct {
 // StorePath is the store file that storePath names, as the role knows it
 // (R1): absolute, with every symlink on the way resolved, so that a link to
 // the store and the store itself are one role. The store file need not
-// exist; a path that names a directory (or ends in a slash) is refused,
+// exist (a symlink to it may dangle); a path that names a directory (or
+// ends in a slash) is refused,
 // since its lock would land in the parent. It creates nothing.
-func StorePath(storePath string) (string, error) {
+func StorePath(storePath string) (string, error) { return storePathAt(storePath, 0) }
+
+func storePathAt(storePath string, depth int) (string, error) {
 	if storePath == "" {
 		return "", errors.New("resident: empty store path")
 	}
@@ -49,8 +52,16 @@ func StorePath(storePath string) (string, error) {
 	}
 	real, err := filepath.EvalSymlinks(abs)
 	if errors.Is(err, fs.ErrNotExist) {
-		if _, lerr := os.Lstat(abs); lerr == nil {
-			return "", fmt.Errorf("resident: store path %s is a symlink to a missing file", storePath)
+		if fi, lerr := os.Lstat(abs); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			// A link to a store not created yet: the role of its target.
+			target, err := os.Readlink(abs)
+			if err != nil || depth >= 40 {
+				return "", fmt.Errorf("resident: store path %s: a symlink that cannot be followed", storePath)
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(dir, target)
+			}
+			return storePathAt(target, depth+1)
 		}
 		// A missing directory stays as given: a status of it is free, and
 		// taking the role fails on its lock file, naming it.
