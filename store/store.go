@@ -86,9 +86,12 @@ type Store interface {
 	List(ctx context.Context) ([]Status, error)
 
 	// Revoke breaks the current holder's lease on key (release --force): the
-	// holder's next check or renewal returns ErrLost. It also clears a
-	// corrupt record of key. The key is taken by the next waiter only once
-	// the revoked holder has given the lease up or is known dead. Revoke
+	// holder's next check or renewal returns ErrLost, and it hears of it
+	// through Changes. It also clears a corrupt record of key. In the file
+	// backend the key is taken by the next waiter only once the revoked
+	// holder has given the lease up or is known dead; on etcd a revoked
+	// lease frees the key at once, and the revoked holder's leftovers (its
+	// tree, still being stopped) are the next holder's Predecessor. Revoke
 	// reports whether there was a holder (or corrupt state) to revoke.
 	Revoke(ctx context.Context, key string) (bool, error)
 

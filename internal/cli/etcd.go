@@ -80,6 +80,25 @@ func (c *CLI) checkEtcd(kctx *kong.Context) error {
 	return nil
 }
 
+// wantsEtcd says, before the command line is parsed, whether it selects
+// etcd: FENCERUN_ETCD, or --etcd among fencerun's own arguments (before
+// the command's "--"). A false positive only costs an exec: fencerun-etcd
+// parses the same arguments and has the file backend too.
+func wantsEtcd(args []string) bool {
+	if os.Getenv("FENCERUN_ETCD") != "" {
+		return true
+	}
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--etcd" || strings.HasPrefix(a, "--etcd=") {
+			return true
+		}
+	}
+	return false
+}
+
 // execEtcd replaces this process by fencerun-etcd with the same arguments
 // and environment. It returns only on failure.
 func execEtcd(args []string) error {

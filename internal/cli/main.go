@@ -71,6 +71,11 @@ func Main(args []string, etcd EtcdOpener) int {
 	// --log-format json even a parse error is a JSON line (issue 12).
 	early := earlyLogOptions(args)
 	log := newLogger(early)
+	if etcd == nil && wantsEtcd(args) {
+		// Before kong builds its model: this process only hands over.
+		log.Error(execEtcd(args).Error()) // returns only on failure
+		return exitFailed
+	}
 	var cli CLI
 	exit := -1
 	parser, err := newParser(&cli, func(code int) { exit = code })
