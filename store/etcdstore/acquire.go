@@ -244,17 +244,25 @@ func (a *acquirer) confirm(ctx context.Context) (*Lease, *store.Holder, error) {
 	s := a.s
 	octx, cancel := s.op(ctx)
 	defer cancel()
+	// The keep-alive and the transaction go at once: one round trip of the
+	// handoff, not two (P7).
 	start := a.claim.Clock()
-	ka, err := s.c.KeepAliveOnce(octx, a.id)
-	if err != nil {
-		return nil, nil, s.fail("keep the lease alive", orCause(ctx, err))
-	}
-	a.term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
+	kept := make(chan error, 1)
+	go func() {
+		ka, err := s.c.KeepAliveOnce(octx, a.id)
+		if err == nil {
+			a.term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
+		}
+		kept <- err
+	}()
 	mine := clientv3.Compare(clientv3.CreateRevision(a.myKey), "=", a.rev)
 	resp, err := s.c.Txn(octx).If(mine).
 		Then(clientv3.OpGet(prefixOf(a.key), clientv3.WithFirstCreate()...), a.leftoverPut(uint64(a.rev)),
 			clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix())).
 		Commit()
+	if kerr := <-kept; kerr != nil {
+		return nil, nil, s.fail("keep the lease alive", orCause(ctx, kerr))
+	}
 	if err != nil {
 		return nil, nil, s.fail("confirm "+a.myKey, orCause(ctx, err))
 	}

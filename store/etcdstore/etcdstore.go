@@ -76,11 +76,10 @@ func Open(opts Options) (*Store, error) {
 		Password:    opts.Password,
 		// The client's own logs would go to stderr unasked; fencerun says
 		// what failed in its own words.
+		// No gRPC keep-alive pings: the keeper's renewals, each bounded
+		// by a third of the TTL, notice a dead connection, and the pings
+		// would cost a hold CPU every second (P4).
 		Logger: zap.NewNop(),
-		// A dead connection is noticed within a keep-alive, not at the
-		// next TCP timeout.
-		DialKeepAliveTime:    time.Second,
-		DialKeepAliveTimeout: opts.DialTimeout,
 	})
 	if err != nil {
 		return nil, s.fail("connect", err)
