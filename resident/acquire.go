@@ -281,7 +281,7 @@ func (a *attempt) decide(pl payload) (time.Duration, *Refusal, error) {
 	if a.pending && a.asked != pl.Fence {
 		a.pending = false // the holder we asked is gone
 	}
-	newer := Newer(a.c.Build, pl.Build)
+	newer := isNewer(a.c.Build, pl.Build)
 	switch {
 	case a.pending:
 		if r := pl.HandoverRefused; r != nil && r.ID == a.reqID {
@@ -490,9 +490,9 @@ func orUnknown(path string) string {
 // notNewer says why build b is not newer than the holder's.
 func notNewer(b, holder store.Build) string {
 	switch {
-	case !Stamped(b):
+	case !isStamped(b):
 		return "this build is unstamped"
-	case !Stamped(holder):
+	case !isStamped(holder):
 		return "the holder's build is unstamped"
 	case b.Path != holder.Path:
 		return fmt.Sprintf("a different program (%s) from the holder's (%s): only a build of the same program can take over by handover", orUnknown(b.Path), orUnknown(holder.Path))

@@ -42,19 +42,19 @@ func BuildOf(path string) (store.Build, error) {
 	return b, nil
 }
 
-// Stamped reports whether b identifies an executable at all: a build whose
+// isStamped reports whether b identifies an executable at all: a build whose
 // mtime is unknown is unstamped.
-func Stamped(b store.Build) bool { return !b.ModTime.IsZero() }
+func isStamped(b store.Build) bool { return !b.ModTime.IsZero() }
 
-// Newer reports whether build b is strictly newer than build than (R4).
+// isNewer reports whether build b is strictly newer than build than (R4).
 // Only a build of the same program can be: the same Path (a build without
 // one is never newer, nor is anything newer than it). The mtime decides. Builds with the same mtime are never newer than each other,
 // whatever their size or revision: those only tell a same-second rebuild
 // apart (see Same), they cannot order it, and an order that went both ways
 // would hand the role back and forth. An unstamped build is never newer, and
 // nothing is newer than an unstamped build: there is nothing to compare.
-func Newer(b, than store.Build) bool {
-	if !Stamped(b) || !Stamped(than) || b.Path == "" || b.Path != than.Path {
+func isNewer(b, than store.Build) bool {
+	if !isStamped(b) || !isStamped(than) || b.Path == "" || b.Path != than.Path {
 		return false
 	}
 	return b.ModTime.After(than.ModTime)
@@ -68,7 +68,7 @@ func Same(a, b store.Build) bool {
 
 // describeBuild is a build as messages show it.
 func describeBuild(b *store.Build) string {
-	if b == nil || !Stamped(*b) {
+	if b == nil || !isStamped(*b) {
 		return "unstamped build"
 	}
 	s := fmt.Sprintf("build of %s, %d bytes", b.ModTime.UTC().Format("2006-01-02T15:04:05.999999999Z"), b.Size)

@@ -36,17 +36,17 @@ func TestNewer(t *testing.T) {
 		{"earlier with a revision", b(t0.Add(-time.Second), 10, "zzz"), b(t0, 10, ""), false, false, true},
 		{"same instant, other zone", b(t0.In(time.FixedZone("x", 3600)), 10, ""), b(t0, 10, ""), false, true, true},
 	} {
-		if got := Newer(tc.b, tc.than); got != tc.newer {
+		if got := isNewer(tc.b, tc.than); got != tc.newer {
 			t.Errorf("%s: Newer = %v, want %v", tc.name, got, tc.newer)
 		}
 		if got := Same(tc.b, tc.than); got != tc.same {
 			t.Errorf("%s: Same = %v, want %v", tc.name, got, tc.same)
 		}
-		if got := Stamped(tc.b); got != tc.stampedB {
+		if got := isStamped(tc.b); got != tc.stampedB {
 			t.Errorf("%s: Stamped = %v, want %v", tc.name, got, tc.stampedB)
 		}
 		// Never both ways: that would hand the role back and forth.
-		if Newer(tc.b, tc.than) && Newer(tc.than, tc.b) {
+		if isNewer(tc.b, tc.than) && isNewer(tc.than, tc.b) {
 			t.Errorf("%s: newer both ways", tc.name)
 		}
 	}
@@ -64,14 +64,14 @@ func TestBuildOf(t *testing.T) {
 	}
 	// Built here with -buildvcs=false, so no revision: but it parsed.
 	t.Logf("revision of a Go binary: %q", b.Revision)
-	if !Newer(b, buildOf(t, older)) {
+	if !isNewer(b, buildOf(t, older)) {
 		t.Fatal("a build one second later is not newer")
 	}
 
 	dir := t.TempDir()
 	script := filepath.Join(dir, "script")
 	os.WriteFile(script, []byte("#!/bin/sh\necho hi\n"), 0o700)
-	if sb := buildOf(t, script); sb.Revision != "" || sb.Size != 18 || !Stamped(sb) {
+	if sb := buildOf(t, script); sb.Revision != "" || sb.Size != 18 || !isStamped(sb) {
 		t.Fatalf("BuildOf(script) = %+v", sb)
 	}
 	// A symlink is the program's path (not followed: a deploy swapping
@@ -109,7 +109,7 @@ func TestOnlyTheSameProgramIsNewer(t *testing.T) {
 		{"another program, newer", store.Build{Path: "/tmp/debug-peek", ModTime: t0.Add(time.Hour), Size: 11}, false},
 		{"a program of unknown path, newer", store.Build{ModTime: t0.Add(time.Hour), Size: 11}, false},
 	} {
-		if got := Newer(tc.b, worker); got != tc.want {
+		if got := isNewer(tc.b, worker); got != tc.want {
 			t.Errorf("%s: Newer = %v, want %v", tc.name, got, tc.want)
 		}
 		if tc.want {
@@ -119,7 +119,7 @@ func TestOnlyTheSameProgramIsNewer(t *testing.T) {
 			t.Errorf("%s: refused because %q", tc.name, why)
 		}
 	}
-	if Newer(worker, store.Build{ModTime: t0.Add(-time.Hour), Size: 9}) {
+	if isNewer(worker, store.Build{ModTime: t0.Add(-time.Hour), Size: 9}) {
 		t.Error("newer than a holder whose program is unknown")
 	}
 }

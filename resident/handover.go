@@ -94,7 +94,7 @@ func judge(q request, p payload) string {
 	case q.RequestedAt.Before(p.AcquiredAt):
 		return fmt.Sprintf("the request (%s) predates this holder's acquisition (%s)",
 			q.RequestedAt.Format(time.RFC3339Nano), p.AcquiredAt.Format(time.RFC3339Nano))
-	case !Newer(q.Build, p.Build):
+	case !isNewer(q.Build, p.Build):
 		return fmt.Sprintf("not from a newer build: %s is not newer than %s", describeBuild(&q.Build), describeBuild(&p.Build))
 	case q.PID <= 0 || !alive(q.PID, q.Host):
 		return fmt.Sprintf("the requesting pid %d is gone", q.PID)

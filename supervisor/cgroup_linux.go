@@ -17,12 +17,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Mountinfo and SelfCgroup are where FindHierarchy looks: the mounts of this
-// process and its cgroup membership. Tests point them at files naming a
-// read-only or missing hierarchy.
-var (
-	Mountinfo  = "/proc/self/mountinfo"
-	SelfCgroup = "/proc/self/cgroup"
+// mountinfo and selfCgroup are where FindHierarchy looks: the mounts of this
+// process and its cgroup membership.
+const (
+	mountinfo  = "/proc/self/mountinfo"
+	selfCgroup = "/proc/self/cgroup"
 )
 
 // cgroupPrefix starts the name of every cgroup fencerun creates; a path read
@@ -38,17 +37,20 @@ type Hierarchy struct {
 	dir   string // this process's own cgroup, under mount
 }
 
-// FindHierarchy finds the cgroup v2 hierarchy in Mountinfo (a unified
+// FindHierarchy finds the cgroup v2 hierarchy in this process's mounts (a unified
 // system's /sys/fs/cgroup or a hybrid one's /sys/fs/cgroup/unified) and
 // this process's cgroup in it, and checks that this process may create a
 // cgroup there (as root, or in a subtree delegated to it). The error says
 // why there is none.
-func FindHierarchy() (*Hierarchy, error) {
-	mount, root, err := cgroup2Mount(Mountinfo)
+func FindHierarchy() (*Hierarchy, error) { return findHierarchy(mountinfo) }
+
+// findHierarchy is FindHierarchy with the mounts read from the file mounts.
+func findHierarchy(mounts string) (*Hierarchy, error) {
+	mount, root, err := cgroup2Mount(mounts)
 	if err != nil {
 		return nil, err
 	}
-	own, err := ownCgroup(SelfCgroup)
+	own, err := ownCgroup(selfCgroup)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +175,7 @@ func createCgroup(path string) (*cgroup, error) {
 
 // openCgroup opens an existing cgroup; fs.ErrNotExist when it is gone.
 func openCgroup(path string) (*cgroup, error) {
-	mount, root, err := cgroup2Mount(Mountinfo)
+	mount, root, err := cgroup2Mount(mountinfo)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +339,7 @@ func (c *cgroup) remove() error {
 // absolute path inside the cgroup2 hierarchy whose last element fencerun
 // could have created, so that a record can never name another cgroup.
 func validCgroup(path string) error {
-	mount, _, err := cgroup2Mount(Mountinfo)
+	mount, _, err := cgroup2Mount(mountinfo)
 	if err != nil {
 		return err
 	}

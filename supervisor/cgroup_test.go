@@ -36,10 +36,7 @@ func TestFindHierarchyNone(t *testing.T) {
 			if err := os.WriteFile(f, []byte(tc.mountinfo), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			old := Mountinfo
-			Mountinfo = f
-			defer func() { Mountinfo = old }()
-			if h, err := FindHierarchy(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if h, err := findHierarchy(f); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("FindHierarchy() = %v, %v; want an error saying %q", h, err, tc.want)
 			}
 		})

@@ -28,7 +28,7 @@ func takeFence(t *testing.T, s *Store, key string) uint64 {
 
 func writeState(t *testing.T, s *Store, key, name, content string) string {
 	t.Helper()
-	p := filepath.Join(s.Root(), "keys", EncodeKey(key), name)
+	p := filepath.Join(s.Root(), "keys", encodeKey(key), name)
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestRepairRaisesTheReservationFirst(t *testing.T) {
 	}
 	// Even if the repaired record were lost, the reservation alone keeps
 	// fences above everything before.
-	if err := os.Remove(filepath.Join(s.Root(), "keys", EncodeKey("k"), leaseFile)); err != nil {
+	if err := os.Remove(filepath.Join(s.Root(), "keys", encodeKey("k"), leaseFile)); err != nil {
 		t.Fatal(err)
 	}
 	if got := takeFence(t, s, "k"); got <= last || got <= uint64(time.Now().Add(-time.Hour).UnixMicro()) {

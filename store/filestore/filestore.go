@@ -188,7 +188,7 @@ func (s *Store) keyDir(key string, create bool) (dir, error) {
 	if s.closed {
 		return dir{fd: -1}, ErrClosed
 	}
-	return openDir(s.keys, EncodeKey(key), create)
+	return openDir(s.keys, encodeKey(key), create)
 }
 
 // keyNames lists the keys that have a directory, sorted. Names that are not
@@ -205,7 +205,7 @@ func (s *Store) keyNames() ([]string, error) {
 	}
 	keys := make([]string, 0, len(names))
 	for _, name := range names {
-		key, err := DecodeKey(name)
+		key, err := decodeKey(name)
 		if err != nil {
 			s.log.Debug("skipping a name that is not a key", "path", s.keys.join(name))
 			continue

@@ -58,7 +58,7 @@ func claim(name string) store.Claim {
 	return store.Claim{Name: name, Reason: "testing", TTL: time.Minute, Marker: "marker-" + name}
 }
 
-func keyPath(root, key string) string { return filepath.Join(root, "keys", EncodeKey(key)) }
+func keyPath(root, key string) string { return filepath.Join(root, "keys", encodeKey(key)) }
 
 func mustAcquire(t testing.TB, s *Store, key string, c store.Claim) store.Lease {
 	t.Helper()

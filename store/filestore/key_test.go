@@ -24,12 +24,12 @@ func TestEncodeKey(t *testing.T) {
 		{"a-b", "k-a-b"},
 		{"0", "k-0"},
 	} {
-		if got := EncodeKey(tc.key); got != tc.name {
-			t.Errorf("EncodeKey(%q) = %q, want %q", tc.key, got, tc.name)
+		if got := encodeKey(tc.key); got != tc.name {
+			t.Errorf("encodeKey(%q) = %q, want %q", tc.key, got, tc.name)
 		}
-		back, err := DecodeKey(tc.name)
+		back, err := decodeKey(tc.name)
 		if err != nil || back != tc.key {
-			t.Errorf("DecodeKey(%q) = %q, %v; want %q", tc.name, back, err, tc.key)
+			t.Errorf("decodeKey(%q) = %q, %v; want %q", tc.name, back, err, tc.key)
 		}
 	}
 }
@@ -46,20 +46,20 @@ func TestEncodeKeyIsSafeAndReversible(t *testing.T) {
 		if err := store.ValidateKey(key); err != nil {
 			t.Fatalf("test key %q is invalid: %v", key, err)
 		}
-		name := EncodeKey(key)
+		name := encodeKey(key)
 		if strings.ContainsAny(name, "/.") || strings.ToLower(name) != name || len(name) > 242 {
-			t.Errorf("EncodeKey(%q) = %q: has / or . or upper case, or is over 242 bytes", key, name)
+			t.Errorf("encodeKey(%q) = %q: has / or . or upper case, or is over 242 bytes", key, name)
 		}
 		if other, dup := seen[name]; dup {
 			t.Errorf("keys %q and %q both encode to %q", other, key, name)
 		}
 		seen[name] = key
-		back, err := DecodeKey(name)
+		back, err := decodeKey(name)
 		if err != nil || back != key {
-			t.Errorf("DecodeKey(EncodeKey(%q)) = %q, %v", key, back, err)
+			t.Errorf("decodeKey(encodeKey(%q)) = %q, %v", key, back, err)
 		}
 	}
-	if n := len(EncodeKey(long)); n != 242 {
+	if n := len(encodeKey(long)); n != 242 {
 		t.Errorf("an %d-byte key of escaped bytes encodes to %d bytes, want 242", store.MaxKeyLen, n)
 	}
 }
@@ -69,8 +69,8 @@ func TestDecodeKeyRejectsForeignNames(t *testing.T) {
 		"", "a", "k-", "K-a", "k-A", "k-a.b", "k-a_4", "k-a_", "k-_4A", "k-_61", "k-_2d",
 		"k-_2e", "k-_2fa", "k-a_00", "k-a b", "lost+found", ".tmp-0123", "k-" + strings.Repeat("a", 81),
 	} {
-		if key, err := DecodeKey(name); !errors.Is(err, ErrNotKey) {
-			t.Errorf("DecodeKey(%q) = %q, %v; want ErrNotKey", name, key, err)
+		if key, err := decodeKey(name); !errors.Is(err, errNotKey) {
+			t.Errorf("decodeKey(%q) = %q, %v; want errNotKey", name, key, err)
 		}
 	}
 }
@@ -83,7 +83,7 @@ func FuzzKeyRoundTrip(f *testing.F) {
 		if store.ValidateKey(key) != nil {
 			return
 		}
-		back, err := DecodeKey(EncodeKey(key))
+		back, err := decodeKey(encodeKey(key))
 		if err != nil || back != key {
 			t.Fatalf("round trip of %q gave %q, %v", key, back, err)
 		}

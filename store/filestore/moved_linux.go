@@ -75,7 +75,7 @@ func (s *Store) claim(key string) (c *unixsock.Claim, held bool, err error) {
 // directory's path no longer names the directory open as l.kd, or live in
 // it is no longer the file l holds locked.
 func (l *Lease) stillThere() error {
-	path := filepath.Join(l.s.root, "keys", EncodeKey(l.key))
+	path := filepath.Join(l.s.root, "keys", encodeKey(l.key))
 	var held, named unix.Stat_t
 	if err := unix.Fstat(l.kd.fd, &held); err != nil {
 		return fmt.Errorf("filestore: stat %s: %w", path, err)
