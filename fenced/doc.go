@@ -62,7 +62,12 @@
 //
 // What it does not guarantee: that a command which ignores its stop signal
 // dies before its deadline unless SIGKILL reaches it in time (the
-// supervisor's job, on its own clock); that a store keeps its promises
-// (package store); that processes which left the command's tree are found
-// (package supervisor says which are).
+// supervisor's job, on the clock the caller gives it); that a store keeps
+// its promises (package store); that processes which left the command's
+// tree are found (package supervisor says which are). A signal the kernel
+// delivers while the command is being started (after the last look at the
+// caught signals, before the fork returns) is forwarded to the command
+// rather than ending the run: the two cannot be told apart. How long to
+// wait for the lease is the caller's Acquire's to bound (--wait), and so is
+// what a busy lease means.
 package fenced
