@@ -24,7 +24,8 @@ type fakeLease struct {
 	ttl      time.Duration
 	pred     *store.Holder
 	changes  chan struct{}
-	checks   chan error // Check's answers: nil is a cancel request
+	checks   chan error    // Check's answers: nil is l.request
+	request  store.Request // what a nil answer asks: a cancel unless set
 	ticks    chan time.Time
 	pids     chan int      // SetCommand's group, once the command runs
 	stopped  atomic.Bool   // LeftoversStopped was called
@@ -34,7 +35,7 @@ type fakeLease struct {
 }
 
 func newFakeLease(clock *fencetest.FakeClock, ttl time.Duration) *fakeLease {
-	return &fakeLease{clock: clock, ttl: ttl, changes: make(chan struct{}, 1),
+	return &fakeLease{clock: clock, ttl: ttl, request: store.RequestCancel, changes: make(chan struct{}, 1),
 		checks: make(chan error, 1), ticks: make(chan time.Time, 16), pids: make(chan int, 1), released: make(chan struct{})}
 }
 
@@ -55,7 +56,7 @@ func (l *fakeLease) Check(ctx context.Context) (store.Request, error) {
 	select {
 	case err := <-l.checks:
 		if err == nil {
-			return store.RequestCancel, nil
+			return l.request, nil
 		}
 		return store.RequestNone, err
 	case <-ctx.Done():
@@ -466,4 +467,66 @@ func TestLeftoversElsewhere(t *testing.T) {
 	if h.lease.stopped.Load() {
 		t.Error("leftovers on another host recorded as gone")
 	}
+}
+
+// A handover request stops the command with its full grace and ends the
+// run as handed over (R5).
+func TestHandover(t *testing.T) {
+	h := newHarness()
+	h.lease.request = store.RequestHandover
+	h.run()
+	testsupport.Recv(t, h.started, "the start")
+	h.lease.change(nil)
+	if g := testsupport.Recv(t, h.proc.stops, "the handover's stop"); g != grace {
+		t.Fatalf("handover stopped with grace %v, want %v", g, grace)
+	}
+	h.proc.exit <- supervisor.Status{Code: 0}
+	if o := h.outcome(t); o.End != fenced.HandedOver {
+		t.Fatalf("outcome = %+v, want HandedOver", o)
+	}
+}
+
+// While the command is being stopped, signals still reach it: the signals
+// actor goes on until the tree is gone.
+func TestSignalsForwardedWhileStopping(t *testing.T) {
+	h := newHarness().run()
+	testsupport.Recv(t, h.started, "the start")
+	h.lease.change(nil)
+	testsupport.Recv(t, h.proc.stops, "the cancel's stop")
+	h.signals <- syscall.SIGINT
+	if s := testsupport.Recv(t, h.proc.sigs, "the signal forwarded during the stop"); s != syscall.SIGINT {
+		t.Fatalf("forwarded %v, want SIGINT", s)
+	}
+	h.proc.exit <- supervisor.Status{Signal: syscall.SIGINT}
+	if o := h.outcome(t); o.End != fenced.Cancelled {
+		t.Fatalf("outcome = %+v, want Cancelled", o)
+	}
+}
+
+// A lease that the store hands over at the very moment a signal ends the
+// wait is given back, after its predecessor's leftovers are stopped, and
+// no command starts (S7, S8).
+func TestSignalAsTheLeaseIsTaken(t *testing.T) {
+	h := newHarness()
+	h.lease.pred = &store.Holder{PID: 99, Marker: "m"}
+	stopped := make(chan struct{}, 1)
+	h.cfg.StopLeftovers = func(context.Context, []store.Leftover) (bool, error) {
+		stopped <- struct{}{}
+		return false, nil
+	}
+	waiting := make(chan struct{})
+	h.cfg.Acquire = func(ctx context.Context) (store.Lease, error) {
+		close(waiting)
+		<-ctx.Done()
+		return h.lease, nil // taken all the same, as the wait ended
+	}
+	h.run()
+	testsupport.Recv(t, waiting, "the wait")
+	h.signals <- syscall.SIGHUP
+	o := h.outcome(t)
+	if o.End != fenced.Interrupted || o.Signal != syscall.SIGHUP {
+		t.Fatalf("outcome = %+v, want Interrupted by SIGHUP", o)
+	}
+	testsupport.Recv(t, stopped, "the leftovers' stop")
+	h.notStarted(t)
 }
