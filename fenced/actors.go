@@ -124,9 +124,16 @@ func (c *command) prepare(ctx context.Context) (bool, error) {
 func (c *command) watch(ctx context.Context, p Process) error {
 	began := c.cfg.Clock.Now()
 	c.log.Info("command started", "pid", p.Pid())
-	if err := c.lease.SetCommand(ctx, p.Group(), supervisor.OwnSession()); err != nil {
-		c.log.Warn("could not record the command's process group", "error", err)
-	}
+	// Recorded beside the loop: a store that hangs on this write (a guard
+	// lock held by someone else, a silent server) must not hold up a stop
+	// that has to beat the lease's expiry (S3). The release waits for it.
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		if err := c.lease.SetCommand(ctx, p.Group(), supervisor.OwnSession()); err != nil {
+			c.log.Warn("could not record the command's process group", "error", err)
+		}
+	}()
 	waited := make(chan supervisor.Status, 1)
 	go func() { waited <- p.Wait() }()
 	var stopBy time.Duration
@@ -139,6 +146,7 @@ func (c *command) watch(ctx context.Context, p Process) error {
 			} else {
 				c.log.Info("command ended", "exit_code", c.status.Code, "duration", ran)
 			}
+			<-recorded
 			return nil
 		case by := <-c.stops:
 			stopBy = earliest(stopBy, by)

@@ -32,6 +32,7 @@ type fakeLease struct {
 	released chan struct{} // closed by Release
 	procGone func() bool   // reports, at Release, whether the command's tree is gone
 	gone     atomic.Bool   // what procGone said
+	recorded chan struct{} // if not nil, SetCommand waits until it is closed (a store that hangs)
 }
 
 func newFakeLease(clock *fencetest.FakeClock, ttl time.Duration) *fakeLease {
@@ -47,6 +48,9 @@ func (l *fakeLease) Predecessor() *store.Holder             { return l.pred }
 func (l *fakeLease) LeftoversStopped(context.Context) error { l.stopped.Store(true); return nil }
 func (l *fakeLease) SetCommand(_ context.Context, group, _ store.ProcessID) error {
 	l.pids <- group.ID
+	if l.recorded != nil {
+		<-l.recorded
+	}
 	return nil
 }
 func (l *fakeLease) Changes() <-chan struct{}                  { return l.changes }
@@ -207,6 +211,28 @@ func TestFenceBreaksDuringCancelGrace(t *testing.T) {
 	if g := testsupport.Recv(t, h.proc.stops, "the broken fence's stop"); g != want {
 		t.Fatalf("broken fence stopped with grace %v, want %v (dead before expiry)", g, want)
 	}
+	h.proc.exit <- supervisor.Status{Signal: syscall.SIGTERM}
+	if o := h.outcome(t); o.End != fenced.FenceBroken {
+		t.Fatalf("outcome = %+v, want FenceBroken", o)
+	}
+}
+
+// A store that hangs while the command's group is recorded (a guard lock
+// someone else holds, a wedged disk, a silent server) never keeps a broken
+// fence from stopping the command: the tree must still be dead before the
+// lease can expire (S3).
+func TestFenceBreaksWhileTheCommandIsRecorded(t *testing.T) {
+	const ttl = 3 * time.Second
+	h := newHarness().withTTL(ttl)
+	h.lease.recorded = make(chan struct{})
+	h.run()
+	testsupport.Recv(t, h.lease.pids, "the command's group being recorded")
+	h.lease.change(fmt.Errorf("revoked: %w", store.ErrLost))
+	want := ttl - min(ttl/10, 500*time.Millisecond)
+	if g := testsupport.Recv(t, h.proc.stops, "the broken fence's stop while the store hangs"); g != want {
+		t.Fatalf("broken fence stopped with grace %v, want %v (dead before expiry)", g, want)
+	}
+	close(h.lease.recorded)
 	h.proc.exit <- supervisor.Status{Signal: syscall.SIGTERM}
 	if o := h.outcome(t); o.End != fenced.FenceBroken {
 		t.Fatalf("outcome = %+v, want FenceBroken", o)
