@@ -355,6 +355,15 @@ func (p *Process) sweep() {
 	if err := s.run(); err != nil {
 		p.log.Error("the command's tree could not be stopped entirely", "pid", p.pid, "error", err)
 	}
+	if p.cg != nil && !p.foreign {
+		// What moved itself out of the cgroup (root may write any
+		// cgroup.procs: systemd-run --scope, a container runtime) is still
+		// below this process, its subreaper: stop it as the fallback does.
+		s.cg, s.members = nil, p.below
+		if err := s.run(); err != nil {
+			p.log.Error("the command's tree could not be stopped entirely", "pid", p.pid, "error", err)
+		}
+	}
 	if p.cg != nil {
 		// The cgroup is empty: reap the orphans that died in it, then
 		// remove it.
@@ -469,6 +478,12 @@ func (p *Process) members() ([]proc, error) {
 		}
 		return live, nil
 	}
+	return p.below()
+}
+
+// below reads the tree's live processes among this process's descendants
+// (see seed), and reaps those of its orphans that died.
+func (p *Process) below() ([]proc, error) {
 	procs, err := descendants()
 	if err != nil {
 		return nil, err
