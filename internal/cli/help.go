@@ -115,16 +115,18 @@ func (ListCmd) Examples() string {
 }
 
 // Usage of release.
-func (ReleaseCmd) Usage() string { return "release KEY --force" }
+func (ReleaseCmd) Usage() string { return "release (KEY | --resident PATH) --force" }
 
 // Examples of release.
 func (ReleaseCmd) Examples() string {
 	return `  fencerun release deploy:staging --force
+  # a resident that must go now (it exits 76)
+  fencerun release --resident /srv/app/app.db --force
 `
 }
 
 // Usage of cancel.
-func (CancelCmd) Usage() string { return "cancel KEY [--wait D]" }
+func (CancelCmd) Usage() string { return "cancel (KEY [--wait D] | --resident PATH)" }
 
 // Examples of cancel.
 func (CancelCmd) Examples() string {
