@@ -504,7 +504,7 @@ func TestRenewalsFail(t *testing.T) {
 // leaseExpiry reads the holder's expiry from key's lease record (0600, and
 // the test runs as its owner). Zero if it cannot be read.
 func leaseExpiry(state, key string) time.Time {
-	b, err := os.ReadFile(filepath.Join(state, "keys", "k-"+key, "lease"))
+	b, err := readLeaseRecord(filepath.Join(state, "keys", "k-"+key, "lease"))
 	if err != nil {
 		return time.Time{}
 	}

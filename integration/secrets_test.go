@@ -26,7 +26,7 @@ func TestTokenNeverShown(t *testing.T) {
 	}
 	waitFile(t, ready)
 
-	b, err := os.ReadFile(filepath.Join(state, "keys", "k-secret", "lease"))
+	b, err := readLeaseRecord(filepath.Join(state, "keys", "k-secret", "lease"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	if ctx.Err() != nil {
 		return nil, nil, fmt.Errorf("filestore: acquire %q: %w", key, context.Cause(ctx))
 	}
-	kd, err := s.keyDir(key, true)
+	kd, g, err := s.lockKey(ctx, key, true, unix.LOCK_EX)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -46,7 +46,7 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 		claim.Clock = store.BootTime
 	}
 	a := &acquirer{s: s, key: key, kd: kd, claim: claim}
-	l, holder, err := a.acquire(ctx)
+	l, holder, err := a.acquire(ctx, g)
 	if l == nil {
 		kd.close()
 		return nil, holder, err
@@ -73,11 +73,9 @@ type busy struct {
 	moved  bool // a holder whose files were moved away: poll for its claim
 }
 
-func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
-	g, err := lockFile(ctx, a.kd, guardFile, true, unix.LOCK_EX)
-	if err != nil {
-		return nil, nil, err
-	}
+// acquire takes the lease, or waits in the queue for it; g is the guard,
+// locked, which it closes.
+func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, error) {
 	l, b, err := a.attempt()
 	if l != nil || err != nil || !a.claim.Wait {
 		unix.Close(g)
@@ -147,7 +145,7 @@ func waitUnlocked(ctx context.Context, d dir, name string) error {
 // attempt takes the lease if it is our turn and live is free. The caller
 // holds the guard exclusively. Dead waiters' entries are removed on the way.
 func (a *acquirer) attempt() (*Lease, busy, error) {
-	rec, _, err := readRecord(a.kd)
+	rec, cur, err := readRecord(a.kd)
 	if err != nil {
 		return nil, busy{}, err
 	}
@@ -191,7 +189,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 			return nil, busy{}, err
 		}
 		if !moved {
-			l, err := a.take(rec, live, c)
+			l, err := a.take(rec, cur, live, c)
 			return l, busy{}, err
 		}
 		unix.Close(live)
@@ -215,9 +213,10 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 	return nil, b, nil
 }
 
-// take writes the record that makes us the holder, durably, and returns the
-// Lease. live is open and locked; the caller holds the guard.
-func (a *acquirer) take(rec record, live int, c *unixsock.Claim) (*Lease, error) {
+// take writes the record that makes us the holder over rec (read as cur)
+// and returns the Lease. live is open and locked, c is our claim on the
+// key (claim_linux.go); the caller holds the guard.
+func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*Lease, error) {
 	token, err := newToken()
 	if err != nil {
 		c.Release()
@@ -232,7 +231,7 @@ func (a *acquirer) take(rec record, live int, c *unixsock.Claim) (*Lease, error)
 		unix.Close(live)
 		return nil, err
 	}
-	fence, err := nextFence(a.kd, rec)
+	fence, err := a.s.nextFence(rec.Fence + 1)
 	if err != nil {
 		n.stop(false)
 		c.Release()
@@ -265,10 +264,9 @@ func (a *acquirer) take(rec record, live int, c *unixsock.Claim) (*Lease, error)
 			Expires:  now.Add(a.claim.TTL),
 		},
 	}
-	// The fence is durable in its reservation; the record need not be,
-	// except the first of a key: a rename over an existing record is
-	// flushed by ext4 (auto_da_alloc), one onto a new name is not.
-	if _, err := writeAtomic(a.kd, leaseFile, next.marshal(), writeOpts{durable: rec.Version == 0}); err != nil {
+	// The fence is durable in its reservation; the record need not be
+	// (fences.go): one write in place.
+	if err := writeRecord(a.kd, cur, &next); err != nil {
 		n.stop(false)
 		c.Release()
 		unix.Close(live)

@@ -56,9 +56,6 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := readReservation(kd); err != nil {
-		return nil, err // acquire would fail on it: say so here too
-	}
 	held, err := probeLock(kd, liveFile)
 	if err != nil {
 		return nil, err
@@ -160,6 +157,9 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		cleared = true
 		g, err = lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
 	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil // pruned as we opened it: free
+	}
 	if err != nil {
 		return false, err
 	}
@@ -175,44 +175,29 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	}
 	cleared = cleared || n > 0
 
-	// Before clearing anything that carries a fence, raise the reservation
-	// durably, with no boot, above every fence the key can have handed out:
-	// the next holder then goes above it whatever the record says, even if
-	// the repair below fails half-way.
-	res, resErr := readReservation(kd)
-	if resErr != nil && !errors.Is(resErr, store.ErrCorrupt) {
-		return false, resErr
-	}
-	rec, data, err := readRecord(kd)
+	rec, cur, err := readRecord(kd)
 	if err != nil && !errors.Is(err, store.ErrCorrupt) {
 		return false, err
 	}
-	if resErr != nil || err != nil {
-		resData, _ := readFile(kd, fencesFile)
-		floor := min(max(res.Reserved, salvage(resData, "reserved"), salvage(data, "fence"), uint64(s.now().UnixMicro())), maxFence-fenceBlock)
-		if resErr != nil {
-			if err := clearJunk(kd, fencesFile); err != nil && !errors.Is(err, errNoJunk) {
-				return false, err
-			}
-		}
-		if err := reserve(kd, reservation{Reserved: floor}); err != nil {
-			return false, err
-		}
-		if resErr != nil {
-			s.log.Warn("cleared a corrupt fence reservation", "key", key, "cause", resErr, "fences_from", floor+1)
-			cleared = true
-		}
+	// A reservation that cannot be read stops every acquisition in the
+	// store; any key's release --force clears it.
+	repaired, ferr := s.repairFences(salvage(cur.raw, "fence"))
+	if ferr != nil {
+		return false, ferr
 	}
+	cleared = cleared || repaired
 	if errors.Is(err, store.ErrCorrupt) {
 		if err := clearJunk(kd, leaseFile); err != nil && !errors.Is(err, errNoJunk) {
 			return false, err
 		}
-		fence := min(max(salvage(data, "fence"), uint64(s.now().UnixMicro())), maxFence-fenceBlock)
-		fresh := record{Fence: fence, Version: salvage(data, "version") + 1, Revoked: true}
-		if _, err := writeAtomic(kd, leaseFile, fresh.marshal(), writeOpts{durable: true}); err != nil {
+		// The fence kept is only shown: the next holder's comes from the
+		// store's counter, above every fence the store ever handed out.
+		fence := min(salvage(cur.raw, "fence"), maxFence-2*fenceBlock)
+		fresh := record{Fence: fence, Version: salvage(cur.raw, "version") + 1, Revoked: true}
+		if err := writeRecord(kd, slotted{}, &fresh); err != nil {
 			return false, err
 		}
-		poke(kd, salvageNotify(data), s.log) // a holder may still run under it
+		poke(kd, salvageNotify(cur.raw), s.log) // a holder may still run under it
 		s.log.Warn("cleared a corrupt lease record", "key", key, "cause", err, "fence", fence)
 		return true, nil
 	}
@@ -224,7 +209,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		rec.Token = ""
 		rec.Revoked = true
 		rec.Version++
-		if _, err := writeAtomic(kd, leaseFile, rec.marshal(), writeOpts{}); err != nil {
+		if err := writeRecord(kd, cur, &rec); err != nil {
 			return false, err
 		}
 		poke(kd, rec.Holder.Notify, s.log)
@@ -345,6 +330,9 @@ func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
 	}
 	defer kd.close()
 	g, err := lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil // pruned as we opened it: free
+	}
 	if err != nil {
 		return false, err
 	}
@@ -368,9 +356,10 @@ func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
 // holders that died holding a lease that has since expired (rewritten as
 // free records that keep the fence, and the dead holder as predecessor so
 // the next holder still stops its leftovers), dead waiters' queue entries,
-// and stray temporary files. It never removes a key's directory: the
-// record in it carries the fence, which must keep growing. Keys whose state
-// cannot be read are left alone; List shows them.
+// stray temporary files, and the directories of free keys (prune.go): the
+// next fence of a removed key still comes from the store's counter, above
+// every earlier one. Keys whose state cannot be read are left alone; List
+// shows them.
 func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 	keys, err := s.keyNames()
 	if err != nil {
@@ -391,15 +380,14 @@ func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 }
 
 func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error) {
-	kd, err := s.keyDir(key, false)
+	kd, g, err := s.lockKey(ctx, key, false, unix.LOCK_EX)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // removed meanwhile
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer kd.close()
-	g, err := lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
-	if err != nil {
-		return nil, err
-	}
 	defer unix.Close(g)
 	var out []store.Pruned
 	// Under the guard no write is in flight, so every temporary file is a
@@ -417,25 +405,32 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 		sweep(qd)
 		qd.close()
 	}
-	rec, _, err := readRecord(kd)
+	rec, cur, err := readRecord(kd)
 	if err != nil {
 		return out, err
 	}
-	_, err = s.readQueue(kd, true, func(path string) {
+	q, err := s.readQueue(kd, true, func(path string) {
 		out = append(out, store.Pruned{Key: key, What: "dead waiter", Path: path})
 	})
 	if err != nil {
 		return out, err
 	}
-	if rec.Holder == nil || !s.now().After(rec.Holder.Expires) {
-		return out, nil
-	}
 	held, err := probeLock(kd, liveFile)
 	if err != nil || held {
 		return out, err
 	}
+	if rec.free() && len(q) == 0 {
+		removed, err := s.removeFree(key, kd)
+		if removed {
+			out = append(out, store.Pruned{Key: key, What: "free key", Path: kd.path})
+		}
+		return out, err
+	}
+	if rec.Holder == nil || !s.now().After(rec.Holder.Expires) {
+		return out, nil
+	}
 	free := record{Fence: rec.Fence, Version: rec.Version + 1, Predecessor: rec.Holder, Leftovers: rec.Leftovers}
-	if _, err := writeAtomic(kd, leaseFile, free.marshal(), writeOpts{}); err != nil {
+	if err := writeRecord(kd, cur, &free); err != nil {
 		return out, err
 	}
 	out = append(out, store.Pruned{Key: key, What: "expired lease", Path: kd.join(leaseFile)})

@@ -35,28 +35,66 @@ func writeState(t *testing.T, s *Store, key, name, content string) string {
 	return p
 }
 
-func TestFencesSkipTheReservationAfterAReboot(t *testing.T) {
+// slottedState writes a slotted record file (slots.go) holding content at
+// name in key's directory, or in the root for an empty key.
+func slottedState(t *testing.T, s *Store, key, name, content string) string {
+	t.Helper()
+	p := filepath.Join(s.Root(), name)
+	if key != "" {
+		p = filepath.Join(s.Root(), "keys", encodeKey(key), name)
+	}
+	f, err := wholeFile([]byte(content), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, f, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func openStore(t *testing.T) *Store {
+	t.Helper()
 	s, err := Open(t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestFencesComeFromOneCounterPerStore(t *testing.T) {
+	s := openStore(t)
+	var last uint64
+	for _, key := range []string{"a", "b", "a", "c", "b"} {
+		got := takeFence(t, s, key)
+		if got <= last {
+			t.Fatalf("key %s: fence %d, not above every earlier one (%d)", key, got, last)
+		}
+		last = got
+	}
+}
+
+func TestFencesSkipTheReservationAfterAReboot(t *testing.T) {
+	s := openStore(t)
 	first := takeFence(t, s, "k")
-	// Within one boot the next fence follows the record, reservation or not.
+	// Within one boot the counter is exact, reservation or not.
 	if got := takeFence(t, s, "k"); got != first+1 {
 		t.Fatalf("same boot: fence %d after %d, want %d", got, first, first+1)
 	}
-	// A reservation made in another boot: the crash may have lost records
-	// of fences up to it, so the next fence must go above it.
-	writeState(t, s, "k", fencesFile, `{"schema":1,"reserved":1000,"boot":"a-boot-before-a-crash"}`)
+	// A counter and reservation of another boot: the crash may have lost
+	// counts up to the reservation, so the next fence must go above it.
+	slottedState(t, s, "", fencesFile, `{"schema":1,"reserved":1000,"boot":"a-boot-before-a-crash"}`)
+	slottedState(t, s, "", counterFile, `{"schema":1,"next":7,"reserved":1000,"boot":"a-boot-before-a-crash"}`)
 	if got := takeFence(t, s, "k"); got != 1001 {
 		t.Fatalf("after a reboot: fence %d, want 1001 (above the old reservation)", got)
 	}
-	if got := takeFence(t, s, "k"); got != 1002 {
+	if got := takeFence(t, s, "other"); got != 1002 {
 		t.Fatalf("then: fence %d, want 1002", got)
 	}
 	// The reservation on disk always covers the fence handed out.
-	res, err := readReservation(mustKeyDir(t, s, "k"))
+	top := dir{fd: s.top.fd, path: s.Root()}
+	res, _, err := readReservation(top)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,15 +103,39 @@ func TestFencesSkipTheReservationAfterAReboot(t *testing.T) {
 	}
 }
 
+// A counter that is lost or torn within a boot (it is never fsynced) only
+// costs a reservation: fences still go up.
+func TestALostCounterOnlyCostsAReservation(t *testing.T) {
+	s := openStore(t)
+	var last uint64
+	for range 3 {
+		last = takeFence(t, s, "k")
+	}
+	for _, damage := range []func(string) error{
+		os.Remove,
+		func(p string) error { return os.WriteFile(p, []byte("torn"), 0o600) },
+		func(p string) error { return os.Truncate(p, 0) },
+	} {
+		if err := damage(filepath.Join(s.Root(), counterFile)); err != nil {
+			t.Fatal(err)
+		}
+		got := takeFence(t, s, "k")
+		if got <= last {
+			t.Fatalf("fence %d after the counter was damaged, not above %d", got, last)
+		}
+		last = got
+	}
+}
+
 func TestCorruptReservationFailsClosedUntilRevoked(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{})
-	if err != nil {
+	s := openStore(t)
+	before := takeFence(t, s, "k")
+	path := filepath.Join(s.Root(), fencesFile)
+	os.Remove(filepath.Join(s.Root(), counterFile)) // so the reservation is read
+	if err := os.WriteFile(path, []byte(`{"schema":1,"reser`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	before := takeFence(t, s, "k")
-	path := writeState(t, s, "k", fencesFile, `{"schema":1,"reser`)
-	_, _, err = s.Acquire(context.Background(), "k", store.Claim{Name: "t", TTL: time.Minute})
+	_, _, err := s.Acquire(context.Background(), "other", store.Claim{Name: "t", TTL: time.Minute})
 	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("acquire over a corrupt reservation: %v, want ErrCorrupt naming %s", err, path)
 	}
@@ -83,8 +145,8 @@ func TestCorruptReservationFailsClosedUntilRevoked(t *testing.T) {
 	if _, err := s.Revoke(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	if got := takeFence(t, s, "k"); got <= before {
-		t.Fatalf("fence %d after clearing, not above %d", got, before)
+	if got := takeFence(t, s, "other"); got <= before || got <= uint64(time.Now().Add(-time.Hour).UnixMicro()) {
+		t.Fatalf("fence %d after clearing, want above %d and above the clock floor", got, before)
 	}
 }
 
@@ -99,63 +161,68 @@ func mustKeyDir(t *testing.T, s *Store, key string) dir {
 }
 
 // An acquirer that dies (or fails) between making a new boot's reservation
-// and writing its record must not let the stale record's fence count again.
+// and writing its record costs a fence, never repeats one.
 func TestFenceAfterARebootWhoseFirstAcquirerFailed(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	for range 10 {
 		takeFence(t, s, "k")
 	}
-	// The crash lost the record's last writes: it says fence 3 while 10
-	// were handed out, and the reservation is the old boot's.
-	writeState(t, s, "k", leaseFile, `{"schema":1,"fence":3,"version":3,"holder":null}`)
-	writeState(t, s, "k", fencesFile, `{"schema":1,"reserved":64,"boot":"before-the-crash"}`)
-	// The first acquirer of the new boot reserves, then fails to write its
-	// record: simulated by making the reservation and restoring the record.
-	kd := mustKeyDir(t, s, "k")
-	rec, _, err := readRecord(kd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := nextFence(kd, rec)
+	slottedState(t, s, "", fencesFile, `{"schema":1,"reserved":64,"boot":"before-the-crash"}`)
+	slottedState(t, s, "", counterFile, `{"schema":1,"next":4,"reserved":64,"boot":"before-the-crash"}`)
+	// The first acquirer of the new boot takes a fence, then fails to
+	// write its record.
+	first, err := s.nextFence(1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first != 65 {
 		t.Fatalf("first fence of the new boot %d, want 65", first)
 	}
-	if got := takeFence(t, s, "k"); got < first {
-		t.Fatalf("fence %d after a failed first acquirer, want at least %d (never back to the stale record's)", got, first)
+	if got := takeFence(t, s, "k"); got <= first {
+		t.Fatalf("fence %d after a failed first acquirer, want above %d", got, first)
 	}
 }
 
-// release --force of a corrupt record raises the reservation before it
-// clears anything: a repair that fails half-way still cannot let fences go
-// back.
-func TestRepairRaisesTheReservationFirst(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+// A key pruned away and a corrupt record cleared by release --force both
+// leave the key's next fence above every earlier one: it is the store's.
+func TestFencesSurvivePruneAndRepair(t *testing.T) {
+	s := openStore(t)
 	var last uint64
 	for range 5 {
 		last = takeFence(t, s, "k")
+	}
+	kdPath := filepath.Join(s.Root(), "keys", encodeKey("k"))
+	if _, err := s.Prune(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(kdPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a free key's directory after prune: %v, want it removed", err)
+	}
+	if got := takeFence(t, s, "k"); got <= last {
+		t.Fatalf("fence %d after prune removed the key, not above %d", got, last)
+	} else {
+		last = got
 	}
 	writeState(t, s, "k", leaseFile, `garbage`)
 	if _, err := s.Revoke(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	// Even if the repaired record were lost, the reservation alone keeps
-	// fences above everything before.
-	if err := os.Remove(filepath.Join(s.Root(), "keys", encodeKey("k"), leaseFile)); err != nil {
-		t.Fatal(err)
+	if got := takeFence(t, s, "k"); got <= last {
+		t.Fatalf("fence %d after a repair, not above %d", got, last)
 	}
-	if got := takeFence(t, s, "k"); got <= last || got <= uint64(time.Now().Add(-time.Hour).UnixMicro()) {
-		t.Fatalf("fence %d after a repair, want above %d and above the clock floor", got, last)
+}
+
+// A record an earlier fencerun wrote (plain JSON, one fence per key) is
+// read as it is, and its fence is not handed out again.
+func TestAnEarlierFencerunsRecordIsReadAndRaisesTheCounter(t *testing.T) {
+	s := openStore(t)
+	takeFence(t, s, "k")
+	writeState(t, s, "k", leaseFile, `{"schema":1,"fence":500,"version":9,"holder":null}`)
+	if got := takeFence(t, s, "k"); got <= 500 {
+		t.Fatalf("fence %d over an earlier record of fence 500, want above it", got)
+	}
+	if got := takeFence(t, s, "other"); got <= 501 {
+		t.Fatalf("the next key's fence %d, want above 501", got)
 	}
 }
 
@@ -166,7 +233,7 @@ func TestFenceBeyondTheLimitIsCorrupt(t *testing.T) {
 	}
 	defer s.Close()
 	takeFence(t, s, "k")
-	path := writeState(t, s, "k", leaseFile, `{"schema":1,"fence":18446744073709551615,"version":1,"holder":null}`)
+	path := slottedState(t, s, "k", leaseFile, `{"schema":1,"fence":18446744073709551615,"version":1,"holder":null}`)
 	_, _, err = s.Acquire(context.Background(), "k", store.Claim{Name: "t", TTL: time.Minute})
 	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("a fence at the top of uint64: %v, want ErrCorrupt naming %s", err, path)
@@ -182,7 +249,7 @@ func TestLeftoversArePassedOnUntilConfirmed(t *testing.T) {
 	takeFence(t, s, "k")
 	// A dead holder (nobody holds live) that was itself still stopping an
 	// earlier holder's leftovers.
-	writeState(t, s, "k", leaseFile, `{"schema":1,"fence":1,"version":2,"token":"00112233445566778899aabbccddeeff",`+
+	slottedState(t, s, "k", leaseFile, `{"schema":1,"fence":1,"version":2,"token":"00112233445566778899aabbccddeeff",`+
 		`"holder":{"name":"b","pid":999999,"host":"h","marker":"M-b","acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:30Z"},`+
 		`"trees":[{"holder_pid":999998,"host":"h","marker":"M-a"}]}`)
 	acquire := func() store.Lease {

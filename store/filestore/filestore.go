@@ -231,18 +231,25 @@ func listDir(d dir) ([]string, error) {
 	return names, nil
 }
 
-// readRecord reads the lease record of a key. A key that never had one is a
-// free record at fence 0.
-func readRecord(kd dir) (record, []byte, error) {
-	data, err := readFile(kd, leaseFile)
+// readRecord reads the lease record of a key, and where it came from,
+// which writeRecord needs. A key that never had one is a free record at
+// fence 0.
+func readRecord(kd dir) (record, slotted, error) {
+	f, err := readSlotted(kd, leaseFile)
 	if errors.Is(err, fs.ErrNotExist) {
-		return record{Schema: schemaVersion}, nil, nil
+		return record{Schema: schemaVersion}, slotted{}, nil
 	}
 	if err != nil {
-		return record{}, nil, err
+		return record{}, f, err
 	}
-	r, err := parseRecord(data, kd.join(leaseFile))
-	return r, data, err
+	r, err := parseRecord(f.data, kd.join(leaseFile))
+	return r, f, err
+}
+
+// writeRecord writes r as the key's record over cur, what readRecord
+// returned under the same guard: in place, one pwrite (slots.go).
+func writeRecord(kd dir, cur slotted, r *record) error {
+	return writeSlotted(kd, leaseFile, cur, r.marshal(), false)
 }
 
 // Names in a key's directory.

@@ -224,9 +224,8 @@ func readFile(d dir, name string) ([]byte, error) {
 	return readSized(fd, d.join(name), st.Size)
 }
 
-// readSized reads a state file of size bytes whole. State files are never
-// written in place, so one read of the size plus a byte (to see the end)
-// usually does.
+// readSized reads a state file of size bytes whole. One read of the size
+// plus a byte (to see the end) usually does.
 func readSized(fd int, path string, size int64) ([]byte, error) {
 	if size > maxFileSize {
 		return nil, fmt.Errorf("%w: %s is over %d bytes", store.ErrCorrupt, path, maxFileSize)

@@ -26,10 +26,6 @@ const (
 	helperKey    = "FILESTORE_TEST_KEY"
 	helperMarker = "FILESTORE_TEST_MARKER"
 	helperWait   = "FILESTORE_TEST_WAIT"
-	// crashHook makes the helper SIGKILL itself in its first write, right
-	// before the rename, so that tests can crash a real writer between the
-	// temporary file and the rename.
-	crashHook = "FILESTORE_TEST_CRASH_BEFORE_RENAME"
 )
 
 func TestMain(m *testing.M) {
@@ -42,12 +38,6 @@ func TestMain(m *testing.M) {
 // runHelper runs one helper mode. It says what happened on stdout, one
 // line at a time: "acquired FENCE", "busy", "released", "error MESSAGE".
 func runHelper(mode string) int {
-	if os.Getenv(crashHook) == "1" {
-		beforeRename = func() {
-			unix.Kill(unix.Getpid(), unix.SIGKILL)
-			select {} // SIGKILL cannot be caught; never reach the rename.
-		}
-	}
 	s, err := Open(os.Getenv(helperRoot), Options{})
 	if err != nil {
 		fmt.Println("error", err)
@@ -76,6 +66,34 @@ func runHelper(mode string) int {
 		}
 		fmt.Println("released")
 		return 0
+	case "crash":
+		// Die by SIGKILL in the middle of a write: before the rename of a
+		// key's first record (FILESTORE_TEST_CUT=rename), or in the
+		// renewal after the acquisition, FILESTORE_TEST_CUT bytes into
+		// the slot.
+		die := func() {
+			unix.Kill(unix.Getpid(), unix.SIGKILL)
+			select {} // SIGKILL cannot be caught
+		}
+		cut := os.Getenv("FILESTORE_TEST_CUT")
+		if cut == "rename" {
+			beforeRename = die
+		}
+		l, _, err := s.Acquire(ctx, key, claim)
+		if err != nil || l == nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("acquired", l.Fence())
+		n, _ := strconv.Atoi(cut)
+		slotWrite = func(fd int, b []byte, off int64) (int, error) {
+			unix.Pwrite(fd, b[:min(n, len(b))], off)
+			die()
+			return 0, nil
+		}
+		_, err = l.Renew(ctx)
+		fmt.Println("error renewed", err)
+		return 1
 	case "fsize":
 		// Acquire with writes to files limited to one byte.
 		lim := unix.Rlimit{Cur: 1, Max: 1}

@@ -129,7 +129,7 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 		return err
 	}
 	defer unix.Close(g)
-	rec, _, err := readRecord(l.kd)
+	rec, cur, err := readRecord(l.kd)
 	if err := l.owns(rec, err); err != nil {
 		return err
 	}
@@ -139,8 +139,12 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 		l.cmdWritten = true
 	}
 	rec.Version++
-	if _, err := writeAtomic(l.kd, leaseFile, rec.marshal(), writeOpts{}); err != nil {
-		return err
+	if err := writeRecord(l.kd, cur, &rec); err != nil {
+		// A write cut short may still have landed whole, where the bytes
+		// it missed were there already: then it is this lease's record.
+		if now, _, rerr := readRecord(l.kd); rerr != nil || now.Token != l.token || now.Version != rec.Version {
+			return err
+		}
 	}
 	l.version = rec.Version
 	return nil
@@ -170,7 +174,8 @@ func (l *Lease) owns(rec record, err error) error {
 	}
 }
 
-// Check reads the record without writing (see store.Lease). A cancel file
+// Check reads the record without writing (see store.Lease), under the
+// guard shared. A cancel file
 // that cannot be read is logged and ignored: it is a request, not the lease.
 func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 	l.mu.Lock()
@@ -181,6 +186,12 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 	if err := l.stillThere(); err != nil {
 		return store.RequestNone, err
 	}
+	// Shared, so that no write in place is half done as we read.
+	g, err := lockFile(ctx, l.kd, guardFile, true, unix.LOCK_SH)
+	if err != nil {
+		return store.RequestNone, err
+	}
+	defer unix.Close(g)
 	rec, _, err := readRecord(l.kd)
 	if err := l.owns(rec, err); err != nil {
 		return store.RequestNone, err
@@ -233,7 +244,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		unix.Close(l.live)
 		return err
 	}
-	rec, _, err := readRecord(l.kd)
+	rec, cur, err := readRecord(l.kd)
 	var werr error
 	switch {
 	case err != nil:
@@ -241,7 +252,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	case rec.Token == l.token, rec.Revoked && rec.Holder != nil && rec.Fence == l.fence:
 		// Leftovers not confirmed stopped stay for the next holder.
 		free := record{Fence: rec.Fence, Version: rec.Version + 1, Leftovers: rec.Leftovers}
-		_, werr = writeAtomic(l.kd, leaseFile, free.marshal(), writeOpts{})
+		werr = writeRecord(l.kd, cur, &free)
 		if err := unix.Unlinkat(l.kd.fd, cancelFile, 0); err != nil && err != unix.ENOENT {
 			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.join(cancelFile), "error", err)
 		}

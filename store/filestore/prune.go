@@ -1,0 +1,141 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Prune removes a free key's directory: fences come from the store's
+// counter (fences.go), so nothing in it is worth keeping. It does so under
+// the key's guard, held exclusively, and only when nobody holds the key
+// (live is not locked), nobody waits for it (no live queue entry) and no
+// dead holder's tree may still need stopping (no predecessor, no
+// leftovers). Its files go first, the guard last, then the directory.
+//
+// An acquirer may have opened the directory, or its guard, before the
+// removal, and lock the guard after it: it would then hold a lock nobody
+// else can see. So whoever is about to create state under a guard checks
+// that the guard it locked is still the key's (lockKey): the directory
+// still the one named keys/<enc(key)>, the guard still the one named
+// guard in it. If not, it opens the key afresh. A reader (status, list)
+// needs no such check: in a removed directory it finds no record, which
+// is the truth, a free key.
+
+// errMoved: the key's directory or guard is not the one we locked.
+var errMoved = errors.New("filestore: key directory was removed or replaced")
+
+// lockKey opens key's directory (creating it with create) and locks its
+// guard with how, checking that both are still the key's after the lock
+// is taken; a directory removed meanwhile is opened again.
+func (s *Store) lockKey(ctx context.Context, key string, create bool, how int) (dir, int, error) {
+	for {
+		kd, err := s.keyDir(key, create)
+		if err != nil {
+			return kd, -1, err
+		}
+		g, err := lockFile(ctx, kd, guardFile, create, how)
+		if err == nil {
+			err = s.guardLinked(key, kd, g)
+			if err != nil {
+				unix.Close(g)
+			}
+		}
+		if err == nil {
+			return kd, g, nil
+		}
+		kd.close()
+		// ENOENT: the guard could not be made in a removed directory.
+		if !errors.Is(err, errMoved) && !(create && errors.Is(err, fs.ErrNotExist)) {
+			return dir{fd: -1}, -1, err
+		}
+		if ctx.Err() != nil {
+			return dir{fd: -1}, -1, fmt.Errorf("filestore: %q: %w", key, context.Cause(ctx))
+		}
+	}
+}
+
+// guardLinked checks that g, locked in kd, is still the guard of key.
+func (s *Store) guardLinked(key string, kd dir, g int) error {
+	var dst, gst, st unix.Stat_t
+	if err := unix.Fstat(kd.fd, &dst); err != nil {
+		return fmt.Errorf("filestore: stat %s: %w", kd.path, err)
+	}
+	if err := unix.Fstat(g, &gst); err != nil {
+		return fmt.Errorf("filestore: stat %s: %w", kd.join(guardFile), err)
+	}
+	if unix.Fstatat(kd.fd, guardFile, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Ino != gst.Ino || st.Dev != gst.Dev {
+		return errMoved
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if unix.Fstatat(s.keys.fd, encodeKey(key), &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Ino != dst.Ino || st.Dev != dst.Dev {
+		return errMoved
+	}
+	return nil
+}
+
+// removeFree removes the directory of a free key, which the caller has
+// checked under the guard g it holds exclusively (see above). A name in it
+// that fencerun did not put there keeps the directory, and the key.
+func (s *Store) removeFree(key string, kd dir) (bool, error) {
+	names, err := listDir(kd)
+	if err != nil {
+		return false, err
+	}
+	for _, name := range names {
+		switch {
+		case name == leaseFile, name == liveFile, name == cancelFile, name == legacyFencesFile,
+			strings.HasPrefix(name, tempPrefix), isNotifyName(name):
+		case name == guardFile, name == queueDir:
+			continue
+		default:
+			s.log.Debug("keeping a key directory with a name that is not ours", "path", kd.join(name))
+			return false, nil
+		}
+	}
+	if err := unix.Unlinkat(kd.fd, queueDir, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+		return false, nil // something left in the queue: keep the key
+	}
+	for _, name := range names {
+		if name == guardFile || name == queueDir {
+			continue
+		}
+		if err := unix.Unlinkat(kd.fd, name, 0); err != nil && err != unix.ENOENT {
+			return false, fmt.Errorf("filestore: remove %s: %w", kd.join(name), err)
+		}
+	}
+	if err := unix.Unlinkat(kd.fd, guardFile, 0); err != nil && err != unix.ENOENT {
+		return false, fmt.Errorf("filestore: remove %s: %w", kd.join(guardFile), err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false, ErrClosed
+	}
+	// Not empty: an acquirer made a guard in it since; the key is its.
+	if err := unix.Unlinkat(s.keys.fd, encodeKey(key), unix.AT_REMOVEDIR); err != nil {
+		if err == unix.ENOTEMPTY || err == unix.EEXIST {
+			return false, nil
+		}
+		return false, fmt.Errorf("filestore: remove %s: %w", kd.path, err)
+	}
+	return true, nil
+}
+
+// legacyFencesFile is the per-key reservation an earlier fencerun kept in
+// each key's directory; the store's counter has replaced it.
+const legacyFencesFile = "fences"
+
+// free reports whether nothing in rec is worth keeping: no holder, and no
+// dead holder whose tree may still need stopping.
+func (r *record) free() bool {
+	return r.Holder == nil && r.Predecessor == nil && len(r.Leftovers) == 0
+}
