@@ -106,6 +106,7 @@ func smokeConfig(t *testing.T) config {
 		LoopWaiters: 3, LoopRuns: 3, LoopRounds: 1,
 		Hold: 500 * time.Millisecond, HoldTTL: time.Second, Holds: 1,
 		Keys: 20, FewKeys: 4, ListRuns: 2,
+		SeqRuns: 4, SeqBlock: 2, Drain: 3, DrainRounds: 1,
 		Guard: 30 * time.Second,
 	}
 }
@@ -130,8 +131,9 @@ func TestSmoke(t *testing.T) {
 	doc := document(cfg, time.Now(), rows, h.notes, "not run")
 	t.Log("\n" + doc)
 
-	// P1 and P3 each have rows for --cgroup off too: what containment costs.
-	wantIDs := []string{"P1", "P1", "P1", "P2", "P2", "P3", "P3", "P3", "P3", "P4", "P5", "P6", "P6"}
+	// fencerun's rows, each beside its --cgroup off row where it has one,
+	// and P1's cgroup against --cgroup off.
+	wantIDs := []string{"P1", "P1", "P1", "P1", "P1", "P1", "P1", "P2", "P2", "P2", "P2", "P2", "P3", "P3", "P3", "P3", "P4", "P4", "P5", "P5", "P6", "P6"}
 	var gotIDs []string
 	for _, r := range rows {
 		gotIDs = append(gotIDs, r.id)

@@ -29,6 +29,10 @@ type config struct {
 	Keys        int           // P6: keys in the large store
 	FewKeys     int           // P6: keys in the small store
 	ListRuns    int           // P6: recorded runs of list
+	SeqRuns     int           // P1 throughput: sequential runs per tool
+	SeqBlock    int           // P1 throughput: runs per block, blocks of each tool alternating
+	Drain       int           // P2 drain: waiters queued behind one holder
+	DrainRounds int           // P2 drain: recorded rounds per tool
 	BenchCount  int           // -count of the store's Go benchmarks; 0 skips them
 	Guard       time.Duration // a process that runs longer is killed: a failure guard, never a measure
 	Keep        bool          // keep the work directory
@@ -47,6 +51,10 @@ func defaultConfig() config {
 		Keys:        10000,
 		FewKeys:     10,
 		ListRuns:    10,
+		SeqRuns:     1000,
+		SeqBlock:    100,
+		Drain:       200,
+		DrainRounds: 3,
 		BenchCount:  1, // each -count costs ~45 s here: BenchmarkList10000 makes its 10,000 keys anew
 		Guard:       30 * time.Second,
 	}
@@ -56,6 +64,10 @@ func (c config) validate() error {
 	switch {
 	case c.Runs < 1 || c.Warmup < 0 || c.ListRuns < 1 || c.LoopRounds < 1 || c.Holds < 1:
 		return errors.New("bench: counts must be at least 1 (warmup at least 0)")
+	case c.SeqRuns < 1 || c.SeqBlock < 1 || c.DrainRounds < 1:
+		return errors.New("bench: throughput runs, their block and drain rounds must be at least 1")
+	case c.Drain < 1:
+		return errors.New("bench: the queue drain needs at least 1 waiter")
 	case c.LoopWaiters < 2:
 		return errors.New("bench: the handoff loop needs at least 2 waiters")
 	case c.LoopRuns < 3:
@@ -86,7 +98,7 @@ type harness struct {
 	// containment costs is fencerun's figures next to its.
 	fencerunOff *tool
 	flock       *tool
-	populate string // path of the populate program; "" when it did not build
+	populate    string // path of the populate program; "" when it did not build
 
 	notes []string // said under the table: how figures were taken, what went wrong
 }

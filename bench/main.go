@@ -44,6 +44,10 @@ func main() {
 	flag.IntVar(&cfg.Keys, "keys", cfg.Keys, "P6: keys in the large store")
 	flag.IntVar(&cfg.FewKeys, "few-keys", cfg.FewKeys, "P6: keys in the small store")
 	flag.IntVar(&cfg.ListRuns, "list-runs", cfg.ListRuns, "P6: recorded runs of list")
+	flag.IntVar(&cfg.SeqRuns, "seq-runs", cfg.SeqRuns, "P1 throughput: sequential `run -- true` per tool")
+	flag.IntVar(&cfg.SeqBlock, "seq-block", cfg.SeqBlock, "P1 throughput: runs per block; blocks of each tool alternate")
+	flag.IntVar(&cfg.Drain, "drain", cfg.Drain, "P2 drain: waiters queued behind one holder")
+	flag.IntVar(&cfg.DrainRounds, "drain-rounds", cfg.DrainRounds, "P2 drain: recorded rounds per tool")
 	flag.IntVar(&cfg.BenchCount, "bench-count", cfg.BenchCount, "-count for the store's Go benchmarks (6 for benchstat); 0 skips them")
 	flag.DurationVar(&cfg.Guard, "guard", cfg.Guard, "kill any process of the harness that runs longer (a failure guard)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work directory, to look at state and stderr files")
@@ -87,6 +91,7 @@ func (h *harness) measure() []row {
 	h.calibrate()
 	file := h.filePair("P1")
 	rows := h.uncontended(file)
+	rows = append(rows, h.throughput(file)...)
 	// What containment costs at start and stop: the cgroup (the default
 	// where one can be made) next to --cgroup off.
 	contained := h.uncontended(pair{id: "P1", subj: h.fencerun, peer: h.fencerunOff})
@@ -94,7 +99,9 @@ func (h *harness) measure() []row {
 	contained[0].goal = goal{text: "—"}
 	rows = append(rows, contained[0])
 	file.id = "P2"
-	rows = append(rows, h.handoff(file), h.handoffRate(file))
+	rows = append(rows, h.handoff(file)...)
+	rows = append(rows, h.handoffRate(file))
+	rows = append(rows, h.drain(file)...)
 	rows = append(rows, h.revoke(h.fencerun, atMost(0.100, seconds))...)
 	rows = append(rows, h.revoke(h.fencerunOff, goal{text: "—"})...)
 	rows = append(rows, h.hold()...)

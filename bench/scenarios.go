@@ -62,15 +62,44 @@ func (h *harness) specs(name string, tools []*tool, samples []*sample) []lockSpe
 // A pair is fencerun on one backend and the peer it is measured against
 // there: flock(1) for the file backend (P1, P2); the etcd issue adds
 // fencerun --etcd against `etcdctl lock` and runs the same scenarios as P7.
+//
+// alt, where set, is fencerun with another setting measured beside subj in
+// the same interleaving against the same peer: `--cgroup off` beside the
+// default `--cgroup auto` on the file backend.
 type pair struct {
 	id   string // the contract figure the rows are for
 	subj *tool
 	peer *tool
+	alt  *tool
 }
 
-func (pr pair) tools() []*tool { return []*tool{pr.subj, pr.peer} }
+func (pr pair) tools() []*tool {
+	if pr.alt != nil {
+		return []*tool{pr.subj, pr.peer, pr.alt}
+	}
+	return []*tool{pr.subj, pr.peer}
+}
 
-func (h *harness) filePair(id string) pair { return pair{id: id, subj: h.fencerun, peer: h.flock} }
+// rows makes a figure's row, subj against peer, and with alt a second row
+// for alt against the same peer sample; samples line up with tools().
+func (pr pair) rows(figure string, u unit, g goal) ([]row, []*sample) {
+	r := newRow(pr.id, figure, u, pr.peer.name, g)
+	if pr.alt == nil {
+		return []row{r}, []*sample{r.subj, r.peer}
+	}
+	a := newRow(pr.id, figure+", "+altLabel(pr.alt), u, pr.peer.name, g)
+	a.peer = r.peer
+	return []row{r, a}, []*sample{r.subj, r.peer, a.subj}
+}
+
+// altLabel is what the alt tool changes: its name after "fencerun ".
+func altLabel(t *tool) string {
+	return "`" + strings.TrimPrefix(t.name, "fencerun ") + "`"
+}
+
+func (h *harness) filePair(id string) pair {
+	return pair{id: id, subj: h.fencerun, peer: h.flock, alt: h.fencerunOff}
+}
 
 func (h *harness) progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
@@ -133,11 +162,10 @@ func describe(s *sample, u unit) string {
 // and the CPU time it took, which is most of what a hold costs besides its
 // renewals (P4).
 func (h *harness) uncontended(pr pair) []row {
-	h.progress("%s uncontended runs, %s and %s", pr.id, pr.subj.name, pr.peer.name)
-	wall := newRow(pr.id, "uncontended `run --key k -- true`, wall time", seconds, pr.peer.name, ratioAtMost(2))
-	cpu := newRow(pr.id, "uncontended `run --key k -- true`, CPU (utime+stime)", seconds, pr.peer.name, goal{text: "—"})
-	tools, samples := pr.tools(), []*sample{wall.subj, wall.peer}
-	cpus := []*sample{cpu.subj, cpu.peer}
+	h.progress("%s uncontended runs, %s", pr.id, names(pr.tools()))
+	wall, samples := pr.rows("uncontended `run --key k -- true`, wall time", seconds, ratioAtMost(2))
+	cpu, cpus := pr.rows("uncontended `run --key k -- true`, CPU (utime+stime)", seconds, goal{text: "—"})
+	tools := pr.tools()
 	specs := h.specs(strings.ToLower(pr.id)+"-run", tools, samples)
 	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool, rec bool) (float64, error) {
 		r, err := h.runTimed(t.argv(specs[j], "true"), 0)
@@ -146,26 +174,59 @@ func (h *harness) uncontended(pr pair) []row {
 		}
 		return r.wall.Seconds(), err
 	})
-	cpu.subj.err, cpu.peer.err = wall.subj.err, wall.peer.err
-	return []row{wall, cpu}
+	for j := range cpus {
+		cpus[j].err = samples[j].err
+	}
+	return append(wall, cpu...)
+}
+
+func names(tools []*tool) string {
+	var n []string
+	for _, t := range tools {
+		n = append(n, t.name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// throughput is P1's rate: SeqRuns sequential `run -- true` per tool, in
+// blocks of SeqBlock, the tools' blocks alternating; each block's rate is
+// one sample.
+func (h *harness) throughput(pr pair) []row {
+	h.progress("%s throughput, %d sequential runs each, %s", pr.id, h.cfg.SeqRuns, names(pr.tools()))
+	rows, samples := pr.rows(fmt.Sprintf("run throughput: %s sequential `run --key k -- true`", thousands(h.cfg.SeqRuns)), perSec, goal{text: "—"})
+	tools := pr.tools()
+	specs := h.specs(strings.ToLower(pr.id)+"-seq", tools, samples)
+	blocks := max(1, (h.cfg.SeqRuns+h.cfg.SeqBlock-1)/h.cfg.SeqBlock)
+	interleave(tools, samples, 0, blocks, func(j int, t *tool, _ bool) (float64, error) {
+		n := min(h.cfg.SeqBlock, h.cfg.SeqRuns)
+		start := time.Now()
+		for range n {
+			if _, err := h.runTimed(t.argv(specs[j], "true"), 0); err != nil {
+				return 0, err
+			}
+		}
+		return float64(n) / time.Since(start).Seconds(), nil
+	})
+	return rows
 }
 
 // handoff is P2's latency: from the holder's command exiting to the queued
 // waiter's command starting, both moments stamped on CLOCK_MONOTONIC.
-func (h *harness) handoff(pr pair) row {
-	h.progress("%s handoff latency, %s and %s", pr.id, pr.subj.name, pr.peer.name)
-	r := newRow(pr.id, "handoff: holder's command exits → waiter's command starts", seconds, pr.peer.name, ratioAtMost(1.5))
-	tools, samples := pr.tools(), []*sample{r.subj, r.peer}
+func (h *harness) handoff(pr pair) []row {
+	h.progress("%s handoff latency, %s", pr.id, names(pr.tools()))
+	rows, samples := pr.rows("handoff: holder's command exits → waiter's command starts", seconds, ratioAtMost(1.5))
+	tools := pr.tools()
 	if h.stampErr != nil {
-		r.subj.fail(h.stampErr)
-		r.peer.fail(h.stampErr)
-		return r
+		for _, s := range samples {
+			s.fail(h.stampErr)
+		}
+		return rows
 	}
 	specs := h.specs(strings.ToLower(pr.id)+"-handoff", tools, samples)
 	interleave(tools, samples, h.cfg.Warmup, h.cfg.Runs, func(j int, t *tool, _ bool) (float64, error) {
 		return h.handoffOnce(t, specs[j])
 	})
-	return r
+	return rows
 }
 
 // handoffOnce holds l with a command that waits on a fifo and then execs the
@@ -268,6 +329,7 @@ func (h *harness) settle(t *tool, l lockSpec, p *proc) error {
 // under one lock LoopRuns times, so every run but the first waits in a queue.
 func (h *harness) handoffRate(pr pair) row {
 	h.progress("%s handoff rate, %d waiters, %s and %s", pr.id, h.cfg.LoopWaiters, pr.subj.name, pr.peer.name)
+	pr.alt = nil // the drain below has the --cgroup off figure
 	r := newRow(pr.id, fmt.Sprintf("handoffs per second, %d waiters in a loop", h.cfg.LoopWaiters), perSec, pr.peer.name, goal{text: "—"})
 	tools, samples := pr.tools(), []*sample{r.subj, r.peer}
 	specs := h.specs(strings.ToLower(pr.id)+"-rate", tools, samples)
@@ -317,6 +379,88 @@ func (h *harness) loopRound(t *tool, l lockSpec) (float64, error) {
 		return 0, errors.New("handoff loop: no time passed between completions")
 	}
 	return float64(len(win)-1) / span, nil
+}
+
+// drain is P2's queue: Drain waiters queued behind one holder, all asleep,
+// then the holder let go; the figure is how many handoffs a second the
+// queue drains at, from the holder's command exiting to the last waiter's
+// command ending.
+func (h *harness) drain(pr pair) []row {
+	h.progress("%s queue drain, %d waiters, %s", pr.id, h.cfg.Drain, names(pr.tools()))
+	rows, samples := pr.rows(fmt.Sprintf("queue drain: %d waiters behind one holder, handoffs per second", h.cfg.Drain), perSec, goal{text: "—"})
+	tools := pr.tools()
+	specs := h.specs(strings.ToLower(pr.id)+"-drain", tools, samples)
+	interleave(tools, samples, 0, h.cfg.DrainRounds, func(j int, t *tool, _ bool) (float64, error) {
+		return h.drainOnce(t, specs[j])
+	})
+	return rows
+}
+
+func (h *harness) drainOnce(t *tool, l lockSpec) (float64, error) {
+	fifo := filepath.Join(l.files, "go")
+	exitStamp := filepath.Join(l.files, "t_exit")
+	_ = os.Remove(exitStamp)
+	if err := mkfifo(fifo); err != nil {
+		return 0, err
+	}
+	holder, err := h.start(t.argv(l, "sh", "-c", `read x < "$1"; exec "$2" "$3"`, "sh", fifo, h.stamp, exitStamp))
+	if err != nil {
+		return 0, err
+	}
+	w, err := openFIFO(fifo, os.O_WRONLY, holder.done, h.cfg.Guard)
+	if err != nil {
+		holder.kill()
+		return 0, fmt.Errorf("holder's command did not start: %w%s", err, holder.stderrTail())
+	}
+	waiters := make([]*proc, 0, h.cfg.Drain)
+	stop := func() {
+		w.Close()
+		holder.kill()
+		for _, p := range waiters {
+			p.kill()
+		}
+	}
+	// One at a time, each seen queued before the next starts, so that the
+	// queue's order is known and every waiter is in it.
+	for range h.cfg.Drain {
+		p, err := h.start(t.argv(l, "true"))
+		if err != nil {
+			stop()
+			return 0, err
+		}
+		waiters = append(waiters, p)
+		if err := h.settle(t, l, p); err != nil {
+			stop()
+			return 0, err
+		}
+	}
+	_, werr := w.WriteString("\n")
+	errs := []error{werr, w.Close(), holder.wait(0)}
+	var last time.Time
+	for _, p := range waiters {
+		errs = append(errs, p.wait(0))
+		if p.ended.After(last) {
+			last = p.ended
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		stop()
+		return 0, err
+	}
+	exited, err := readStamp(exitStamp)
+	if err != nil {
+		return 0, fmt.Errorf("holder's stamp: %w", err)
+	}
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		return 0, err
+	}
+	// p.ended is wall time; the stamp is CLOCK_MONOTONIC: convert through now.
+	span := time.Duration(now.Nano()-exited) - time.Since(last)
+	if span <= 0 {
+		return 0, errors.New("queue drain: the last waiter ended before the holder's command exited")
+	}
+	return float64(h.cfg.Drain) / span.Seconds(), nil
 }
 
 // revoke is P3: from issuing `release --force` to the holder's whole tree
@@ -426,10 +570,11 @@ func waitDead(fds []unix.PollFd, guard time.Duration) error {
 // the shell it waited for (under 1 ms, the same for every tool).
 func (h *harness) hold() []row {
 	h.progress("P4/P5 %d holds of %s at TTL %s", h.cfg.Holds, human(h.cfg.Hold), human(h.cfg.HoldTTL))
-	cpu := newRow("P4", fmt.Sprintf("CPU of the wrapper, %s hold at %s TTL", human(h.cfg.Hold), human(h.cfg.HoldTTL)), seconds, h.flock.name, atMost(0.050, seconds))
-	rss := newRow("P5", "peak RSS (VmHWM) of the wrapper", bytes, h.flock.name, atMost(20<<20, bytes))
-	tools := h.filePair("P4").tools()
-	cpus, rsss := []*sample{cpu.subj, cpu.peer}, []*sample{rss.subj, rss.peer}
+	pr := h.filePair("P4")
+	cpu, cpus := pr.rows(fmt.Sprintf("CPU of the wrapper, %s hold at %s TTL, start-up included", human(h.cfg.Hold), human(h.cfg.HoldTTL)), seconds, atMost(0.025, seconds))
+	pr.id = "P5"
+	rss, rsss := pr.rows("peak RSS (VmHWM) of the wrapper", bytes, atMost(20<<20, bytes))
+	tools := pr.tools()
 	type held struct {
 		j int
 		p *proc
@@ -490,7 +635,7 @@ func (h *harness) hold() []row {
 			rsss[j].fail(cpus[j].err)
 		}
 	}
-	return []row{cpu, rss}
+	return append(cpu, rss...)
 }
 
 // keyFormat names P6's keys by index, for the CLI and bench/populate alike.
