@@ -14,6 +14,7 @@ import (
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/internal/errtext"
 	"github.com/fencerun/fencerun/internal/logfield"
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -161,6 +162,7 @@ func Run(ctx context.Context, cfg Config) Outcome {
 		return Outcome{End: Failed, Err: err}
 	}
 	out := supervise(ctx, &cfg, log, lease, keeper)
+	stamps.Mark("tree.gone")
 
 	// Every exit path releases (S8), after the command's processes are gone.
 	relCtx, cancel := context.WithTimeout(ctx, releaseWait(cfg.TTL))
@@ -172,6 +174,7 @@ func Run(ctx context.Context, cfg Config) Outcome {
 	} else {
 		log.Info("released the lease")
 	}
+	stamps.Mark("released")
 	return out
 }
 

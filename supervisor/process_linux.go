@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -258,6 +259,7 @@ func (p *Process) reaped(pid int, ws syscall.WaitStatus, err error) {
 	default:
 		p.status = Status{Code: ws.ExitStatus()}
 	}
+	stamps.Mark("reaped")
 	reg.mu.Lock()
 	delete(reg.procs, pid)
 	reg.mu.Unlock()

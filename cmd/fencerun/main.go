@@ -15,6 +15,13 @@ import (
 	"os"
 
 	"github.com/fencerun/fencerun/internal/cli"
+	"github.com/fencerun/fencerun/internal/stamps"
 )
 
-func main() { os.Exit(cli.Main(os.Args[1:], nil)) }
+func main() {
+	stamps.Mark("main")
+	code := cli.Main(os.Args[1:], nil)
+	stamps.Mark("exit")
+	stamps.Dump()
+	os.Exit(code)
+}

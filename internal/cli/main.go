@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/internal/duration"
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/filestore"
 )
@@ -71,6 +72,7 @@ func Main(args []string, etcd EtcdOpener) int {
 	// --log-format json even a parse error is a JSON line (issue 12).
 	early := earlyLogOptions(args)
 	log := newLogger(early)
+	stamps.Mark("logger")
 	if etcd == nil && wantsEtcd(args) {
 		// Before kong builds its model: this process only hands over.
 		log.Error(execEtcd(args).Error()) // returns only on failure
@@ -91,7 +93,9 @@ func Main(args []string, etcd EtcdOpener) int {
 	if len(args) == 0 {
 		return bare(parser, early)
 	}
+	stamps.Mark("kong.new")
 	kctx, err := parser.Parse(args)
+	stamps.Mark("kong.parse")
 	if exit >= 0 { // --help, --version
 		return exit
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/fenced"
 	"github.com/fencerun/fencerun/internal/duration"
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
@@ -179,10 +180,12 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	// Fail fast on a command that cannot run, before waiting in any queue,
 	// with the PATH the command will get.
+	stamps.Mark("run")
 	path, err := supervisor.LookPath(r.Command[0], os.Environ())
 	if err != nil {
 		return notStarted(err)
 	}
+	stamps.Mark("lookpath")
 	// Signals are caught from here on: one while waiting ends the wait. The
 	// fatal ones too, so that none kills fencerun with its tree left (S7).
 	sigs := make(chan os.Signal, 8)
@@ -198,11 +201,13 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer ticks.Close()
+	stamps.Mark("ticks")
 	clock := fence.BootClock{}
 	claim, err := r.claim(g, ticks.Addr(), clock)
 	if err != nil {
 		return err
 	}
+	stamps.Mark("claim")
 	out := fenced.Run(ctx, r.config(g, log, claim, path, sigs, ticks, clock))
 	return r.exit(out)
 }
@@ -214,6 +219,8 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 	return fenced.Config{
 		Acquire: func(ctx context.Context) (store.Lease, error) { return r.acquire(ctx, g, log, claim, path) },
 		Start: func(lease store.Lease) (fenced.Process, error) {
+			stamps.Mark("acquired")
+			defer stamps.Mark("started")
 			return supervisor.Start(supervisor.Config{
 				Argv: r.Command, Env: r.commandEnv(lease, claim.Marker), Marker: claim.Marker,
 				StopSignal: stopSig, Grace: r.Grace, Logger: log.With("fence", lease.Fence()).Named("supervisor"),
@@ -316,6 +323,7 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 		if !w.None() {
 			startWaitReport(report)
 		}
+		stamps.Mark("store.open")
 		lease, err = r.acquireKey(ctx, st, claim)
 	}
 	if report.stop != nil {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
@@ -76,6 +77,7 @@ type busy struct {
 // acquire takes the lease, or waits in the queue for it; g is the guard,
 // locked, which it closes.
 func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, error) {
+	stamps.Mark("guard")
 	l, b, err := a.attempt()
 	if l != nil || err != nil || !a.claim.Wait {
 		unix.Close(g)
@@ -105,6 +107,7 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 			}
 		} else {
 			err = waitUnlocked(ctx, b.wait, b.name)
+			stamps.Mark("woken")
 		}
 		if ctx.Err() != nil {
 			a.leave()
@@ -217,6 +220,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 // and returns the Lease. live is open and locked, c is our claim on the
 // key (claim_linux.go); the caller holds the guard.
 func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*Lease, error) {
+	stamps.Mark("take")
 	token, err := newToken()
 	if err != nil {
 		c.Release()
@@ -231,7 +235,9 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 		unix.Close(live)
 		return nil, err
 	}
+	stamps.Mark("notify.listen")
 	fence, err := a.s.nextFence(rec.Fence + 1)
+	stamps.Mark("fence")
 	if err != nil {
 		n.stop(false)
 		c.Release()
@@ -272,6 +278,7 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 		unix.Close(live)
 		return nil, err
 	}
+	stamps.Mark("record")
 	a.leave()
 	if rec.Holder != nil && isNotifyName(rec.Holder.Notify) {
 		unixsock.Remove(a.kd.fd, rec.Holder.Notify) // the dead holder's socket

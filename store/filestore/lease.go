@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
@@ -228,6 +229,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
+	stamps.Mark("release")
 	if l.cmdTimer != nil {
 		l.cmdTimer.Stop()
 	}
@@ -257,8 +259,10 @@ func (l *Lease) Release(ctx context.Context) error {
 			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.join(cancelFile), "error", err)
 		}
 	}
+	stamps.Mark("release.written")
 	l.held.Release() // before live: the next holder must not wait on it
 	unix.Close(l.live)
+	stamps.Mark("release.unlocked")
 	unix.Close(g)
 	l.s.log.Debug("released", "key", l.key, "fence", l.fence)
 	return werr
