@@ -155,6 +155,7 @@ func Run(ctx context.Context, cfg Config) Outcome {
 	case err != nil:
 		return Outcome{End: Failed, Err: err}
 	}
+	stamps.Mark("fenced.acquired")
 	log := cfg.Logger.With("fence", lease.Fence())
 	keeper, err := fence.New(fence.Config{Lease: lease, TTL: cfg.TTL, Grace: cfg.Grace, Clock: cfg.Clock, Logger: log.Named("fence")})
 	if err != nil {

@@ -326,9 +326,11 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 		stamps.Mark("store.open")
 		lease, err = r.acquireKey(ctx, st, claim)
 	}
+	stamps.Mark("store.acquired")
 	if report.stop != nil {
 		r.waitedFor = report.end()
 	}
+	stamps.Mark("report.end")
 	if lease != nil {
 		r.acquired = true
 		log.Info("acquired the lease", "fence", lease.Fence(), "waited", report.waited())

@@ -279,7 +279,21 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 		return nil, err
 	}
 	stamps.Mark("record")
-	a.leave()
+	// Our queue entry goes in the background: removing a file waits for
+	// the file system's journal, which took milliseconds of a handoff on a
+	// busy disk here, and nobody needs it gone at once. Until it is gone
+	// it reads as a live waiter's, ours: the waiter behind us sleeps on its
+	// lock and, woken when it goes, on live. Release waits for it (S8).
+	left := make(chan struct{})
+	if e := a.entry; e != nil {
+		a.entry = nil
+		go func() {
+			defer close(left)
+			e.remove()
+		}()
+	} else {
+		close(left)
+	}
 	if rec.Holder != nil && isNotifyName(rec.Holder.Notify) {
 		unixsock.Remove(a.kd.fd, rec.Holder.Notify) // the dead holder's socket
 	}
@@ -300,6 +314,7 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 		cgroup:  a.claim.Cgroup != "",
 		pred:    predecessor(pred, rec.Fence, leftovers),
 		changes: make(chan struct{}, 1),
+		left:    left,
 	}
 	l.notify = n
 	l.held = c
@@ -310,6 +325,7 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", rec.Fence, "fence", next.Fence)
 	}
 	a.s.log.Debug("acquired", "key", a.key, "fence", next.Fence)
+	stamps.Mark("lease")
 	return l, nil
 }
 

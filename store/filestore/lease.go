@@ -32,6 +32,7 @@ type Lease struct {
 	notify  *notifier
 	held    *unixsock.Claim // until the release (moved_linux.go)
 	unwatch chan struct{}   // stops watchPath
+	left    chan struct{}   // closed once our queue entry is removed (take)
 
 	mu       sync.Mutex // one operation at a time; guards the fields below
 	kd       dir
@@ -230,6 +231,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.released = true
 	stamps.Mark("release")
+	<-l.left // our queue entry is gone before the lease is
 	if l.cmdTimer != nil {
 		l.cmdTimer.Stop()
 	}
