@@ -25,8 +25,13 @@ var ErrFinished = errors.New("supervisor: command finished")
 // Config says what to run and how to stop it.
 type Config struct {
 	// Argv is the command and its arguments. Argv[0] is looked up in the
-	// PATH of Env (as execvp(3) does) unless it holds a slash.
+	// PATH of Env (as execvp(3) does) unless it holds a slash, or Path is
+	// set.
 	Argv []string
+	// Path is Argv[0] as LookPath with Env resolved it already, so that a
+	// caller that checked the command before waiting for its lease does not
+	// search PATH twice; "" looks it up here.
+	Path string
 	// Env is the command's whole environment.
 	Env []string
 	// Marker is an entry of Env unique to this run ("NAME=value"). Every
@@ -95,9 +100,11 @@ func Start(cfg Config) (*Process, error) {
 	if cfg.Marker != "" && !slices.Contains(cfg.Env, cfg.Marker) {
 		return nil, fmt.Errorf("supervisor: marker %q is not in the command's environment", cfg.Marker)
 	}
-	path, err := LookPath(cfg.Argv[0], cfg.Env)
-	if err != nil {
-		return nil, err
+	path, err := cfg.Path, error(nil)
+	if path == "" {
+		if path, err = LookPath(cfg.Argv[0], cfg.Env); err != nil {
+			return nil, err
+		}
 	}
 	if err := setup(); err != nil {
 		return nil, err

@@ -222,7 +222,7 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 			stamps.Mark("acquired")
 			defer stamps.Mark("started")
 			return supervisor.Start(supervisor.Config{
-				Argv: r.Command, Env: r.commandEnv(lease, claim.Marker), Marker: claim.Marker,
+				Argv: r.Command, Path: path, Env: r.commandEnv(lease, claim.Marker), Marker: claim.Marker,
 				StopSignal: stopSig, Grace: r.Grace, Logger: log.With("fence", lease.Fence()).Named("supervisor"),
 				Cgroup: claim.Cgroup, Clock: clock,
 			})

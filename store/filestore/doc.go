@@ -10,18 +10,26 @@
 //     at once (its description, with its Marker, becomes the new Lease's
 //     Predecessor), and a live one's is never taken, even past its expiry
 //     or while it is stopped.
-//   - Fences never repeat or go back. The next fence is the record's plus
-//     one, handed out only once a durable reservation (fsync, rename,
-//     directory fsync) covers it; after a reboot the next fence is above the
-//     whole reservation, whatever unsynced writes the crash lost
-//     (fences.go). A crash before a rename loses a fence nobody was given.
+//   - Fences never repeat or go back, for any key, across crashes, reboots,
+//     repairs and the removal of a key's directory by Prune: every fence
+//     comes from one counter per store, exact within a boot, and is handed
+//     out only once a durable reservation (fsync) covers it; after a reboot
+//     the next fence is above the whole reservation, whatever unsynced
+//     writes the crash lost (fences.go).
 //   - Every change of a record happens under the key's guard lock (LOCK_EX)
-//     and replaces the file whole (temporary file, rename): readers see the
-//     old record or the new one, never a torn one. Only a fence reservation
-//     is fsynced; a crash may lose a renewal, tick or release, which after the
+//     and is one write in place into the older of two checksummed slots
+//     (slots.go): readers, who hold the guard shared, see the old record or
+//     the new one, and a write cut at any byte (a crash, a full disk, a
+//     power cut) leaves the other slot, the record before it, good. Only a
+//     fence reservation, and the first write of a record file, are
+//     fsynced; a crash may lose a renewal, tick or release, which after the
 //     reboot reads as a dead holder's record and is taken over at once. A
 //     holder's renewals and ticks are compare-and-swaps on the record's
 //     secret token and version.
+//   - A free key's directory is removed by Prune only while nobody holds,
+//     waits for or has leftovers under the key; an acquirer that opened the
+//     directory before checks, once it holds the guard, that it is still
+//     the key's, and starts over if not (prune.go).
 //   - Waiters are served in arrival order. A waiter's queue entry is locked
 //     before it becomes visible; an entry whose lock is free is a dead
 //     waiter's and loses its place at once. A waiter sleeps in the kernel,
@@ -69,4 +77,8 @@
 //   - Durability of anything but the fence: after a crash a release or a
 //     renewal may be lost, which only makes the holder look dead, which it
 //     is.
+//   - A record readable after a power cut that tore both of its slots: that
+//     needs two writes of the record to be in flight to the disk at the cut,
+//     each torn. It reads as corrupt and fails closed until release --force
+//     (docs/DESIGN.md, "Writes in place").
 package filestore
