@@ -135,6 +135,9 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	if err := l.owns(rec, err); err != nil {
 		return err
 	}
+	if err := l.stillThere(); err != nil {
+		return err // moved or deleted: never write a record nobody reads
+	}
 	change(&rec)
 	if c := l.cmd; c != nil {
 		rec.Holder.CommandPID, rec.Holder.Group, rec.Holder.Session = c.CommandPID, c.Group, c.Session
