@@ -51,7 +51,7 @@ type CLI struct {
 	List       ListCmd       `cmd:"" help:"List every key: state, holder, waiters."`
 	Release    ReleaseCmd    `cmd:"" help:"Revoke a lease (--force); the holder's command is stopped."`
 	Cancel     CancelCmd     `cmd:"" help:"Ask the holder of a key to stop its command gracefully."`
-	Prune      PruneCmd      `cmd:"" help:"Remove expired leases of dead holders, dead waiters and stray temp files."`
+	Prune      PruneCmd      `cmd:"" help:"Remove expired leases of dead holders, dead waiters, stray temp files and free keys' state."`
 	Tick       TickCmd       `cmd:"" help:"From inside a fenced command: stamp a liveness tick."`
 	Version    VersionCmd    `cmd:"" help:"Print the version, Go version and VCS revision (also --version)."`
 	Help       HelpCmd       `cmd:"" help:"Show the help of fencerun or of one command."`
