@@ -137,6 +137,8 @@ func machine(cfg config) []string {
 		fmt.Sprintf("CPUs (nproc): %d", runtime.NumCPU()),
 		"CPU model: " + cpuModel(),
 		"kernel: " + kernel(),
+		"memory: " + memTotal(),
+		"load average when the run began (1, 5, 15 min): " + loadAverage() + " (other load lands in the wall times; the ratios of interleaved runs much less)",
 		"Go: " + runtime.Version(),
 		fmt.Sprintf("state directories on: %s (%s)", fsType(cfg.Tmp), tmpDir(cfg)),
 	}
@@ -149,6 +151,26 @@ func machine(cfg config) []string {
 		lines = append(lines, "fencerun revision: "+firstLine(out))
 	}
 	return lines
+}
+
+func memTotal() string {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.1f GiB", float64(si.Totalram)*float64(si.Unit)/(1<<30))
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func tmpDir(cfg config) string {
@@ -244,11 +266,12 @@ func method(cfg config) []string {
 		"Every scenario gets fresh state directories (the file backend; flock(1) locks a file in one); fencerun and flock(1) alternate run by run, after warm-up runs that are not recorded. Spread is p10–p90 of the recorded runs; ratio is fencerun's median over the peer's.",
 		"Rows marked `--cgroup off` are fencerun with that flag, interleaved in the same runs as the row above them (fencerun's default, `--cgroup auto`: as root, the command runs in a cgroup of its own) and against the same flock(1) runs.",
 		"P1: wall time of the whole process, fork to wait, as the harness sees it: `fencerun --dir D run --key k -- true` against `flock D/k.lock true`; its CPU row is utime+stime from wait4 of the same runs (`true` included, for both), the fixed cost that P4's hold adds its renewals to.",
+		"P1 cgroup (auto) vs `--cgroup off`: the same uncontended run, fencerun's default against fencerun with `--cgroup off` as the peer, interleaved: what containment costs a run (the cgroup's mkdir, the command's start into it, the wait for it to empty, its rmdir).",
 		fmt.Sprintf("P1 throughput: %d sequential runs of `true` under a free lock per tool, one after the other as a shell loop would, in blocks of %d; the tools' blocks alternate, and each block's runs per second is one sample.", cfg.SeqRuns, cfg.SeqBlock),
 		"P2 handoff: the holder's command is `sh -c 'read x < FIFO; exec stamp t_exit'`; a waiter runs `stamp t_start` under the same lock. Once the waiter is queued (fencerun: `status --json` lists its pid; flock: /proc/locks shows it blocked) and all its threads have been asleep for 5 looks 1 ms apart, the harness writes the fifo. The figure is t_start − t_exit, both CLOCK_MONOTONIC stamps taken by a static C program (bench/stamp/stamp.c) as its first act.",
 		fmt.Sprintf("P2 rate: %d processes each run `true` under one lock %d times; the rate counts completions from the %dth to the %dth from last, leaving out ramp-up and drain.", cfg.LoopWaiters, cfg.LoopRuns, cfg.LoopWaiters, cfg.LoopWaiters),
 		fmt.Sprintf("P2 drain: a holder whose command waits on a fifo, then %d waiters of `true` started one at a time, each seen queued and asleep (as for the handoff) before the next; then the fifo is written. The figure is %d over the time from the holder's command's exit stamp to the last waiter's exit, as the harness sees it: how fast a long queue empties, each handoff waking exactly the next waiter.", cfg.Drain, cfg.Drain),
-		"P3: the holder runs `sh -c 'sleep 1000 & sleep 1000 & wait'`; the harness opens pidfds on the shell and both sleeps, then starts `fencerun release k --force` and polls the pidfds until all three have exited. The holder must exit 76. No peer: flock(1) has no revocation.",
+		"P3 (each row once for fencerun's default and once with `--cgroup off`, named in brackets): the holder runs `sh -c 'sleep 1000 & sleep 1000 & wait'`; the harness opens pidfds on the shell and both sleeps, then starts `fencerun release k --force` and polls the pidfds until all three have exited. The holder must exit 76. No peer: flock(1) has no revocation.",
 		fmt.Sprintf("P4/P5: %d wrappers of each tool hold a lock at once for %s (fencerun with --ttl %s), their command `sh -c 'read x < FIFO'`. VmHWM is read from /proc/PID/status just before the command is let go; CPU is utime+stime from wait4, so it includes start-up, acquire, release and the shell (under 1 ms), as the goal does.", cfg.Holds, human(cfg.Hold), human(cfg.HoldTTL)),
 		fmt.Sprintf("P6: keys are made by bench/populate, which acquires and releases each once through package filestore, leaving the free records `run --key bench-NNNNN -- true` leaves (through that CLI where bench/populate does not build; a note then says so); `list --json` must show them all. list runs with stdout to /dev/null. status of the same key runs alternately in a store of %s keys and one of %d; the goal is that it does not grow (≤ 1.5x).", thousands(cfg.Keys), cfg.FewKeys),
 		"P7 (etcd) rows come with the etcd backend: a tool for `fencerun --etcd` and one for `etcdctl lock` against the same etcd, through the same P1 and P2 scenarios.",
