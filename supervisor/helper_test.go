@@ -171,6 +171,17 @@ func (in *inbox) next(t *testing.T) string {
 // process, so that its end can be checked without mistaking a reused pid.
 func (in *inbox) nextPid(t *testing.T) proc {
 	t.Helper()
+	q, err := in.nextPidMaybeGone(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// nextPidMaybeGone is nextPid for a process the supervisor may have
+// stopped already by the time the test reads it: the error says so.
+func (in *inbox) nextPidMaybeGone(t *testing.T) (proc, error) {
+	t.Helper()
 	l := in.next(t)
 	f := strings.Fields(l)
 	pid, err := strconv.Atoi(f[len(f)-1])
@@ -179,9 +190,9 @@ func (in *inbox) nextPid(t *testing.T) proc {
 	}
 	q, err := readProc(pid)
 	if err != nil {
-		t.Fatalf("pid %d from the inbox: %v", pid, err)
+		return q, fmt.Errorf("pid %d from the inbox: %w", pid, err)
 	}
-	return q
+	return q, nil
 }
 
 type env struct {
