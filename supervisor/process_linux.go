@@ -514,14 +514,14 @@ func (p *Process) below() ([]proc, error) {
 // descendants (closure adds their descendants): the process group, the
 // reparented orphans, the marker. direct is reg.markers(), nil to read it.
 func (p *Process) seed(direct map[int]string) func(proc) bool {
-	self, pgrp := os.Getpid(), unix.Getpgrp()
+	self := os.Getpid()
 	if direct == nil {
 		reg.mu.Lock()
 		direct = reg.markers()
 		reg.mu.Unlock()
 	}
 	return func(q proc) bool {
-		if q.pid == p.pid || q.pgid == p.pid || p.adopts(q, self, pgrp, direct) {
+		if q.pid == p.pid || q.pgid == p.pid || p.adopts(q, self, direct) {
 			return true
 		}
 		return p.marker != "" && !q.dead() && hasEnv(q.pid, p.marker)
@@ -529,13 +529,14 @@ func (p *Process) seed(direct map[int]string) func(proc) bool {
 }
 
 // adopts reports whether q, if it is a child of this process that no
-// Process started, counts as an orphan of p's tree reparented here: it is
-// not in this process's own group (where os/exec starts children), it
+// Process started, counts as an orphan of p's tree reparented here: it
 // started after p's command, and it is in no other command's group and
-// carries no other command's marker. direct maps the pid of each running
-// command to its marker.
-func (p *Process) adopts(q proc, self, pgrp int, direct map[int]string) bool {
-	if q.ppid != self || q.pgid == pgrp || q.start < p.start {
+// carries no other command's marker. It may be in this process's own group:
+// the command shares this process's session, so any of its processes can
+// join that group (fencerun starts no other children). direct maps the pid
+// of each running command to its marker.
+func (p *Process) adopts(q proc, self int, direct map[int]string) bool {
+	if q.ppid != self || q.start < p.start {
 		return false
 	}
 	if _, ok := direct[q.pid]; ok {

@@ -69,14 +69,14 @@ func (r *registry) reap(procs map[int]proc) {
 	if len(r.procs) == 0 {
 		return
 	}
-	self, pgrp := os.Getpid(), unix.Getpgrp()
+	self := os.Getpid()
 	direct := r.markers()
 	for pid, q := range procs {
 		if r.procs[pid] != nil || !q.dead() || q.ppid != self {
 			continue
 		}
 		for _, p := range r.procs {
-			if q.pgid == p.pid || p.adopts(q, self, pgrp, direct) {
+			if q.pgid == p.pid || p.adopts(q, self, direct) {
 				var ws syscall.WaitStatus
 				syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 				break

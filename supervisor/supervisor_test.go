@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -429,4 +430,22 @@ func TestStopLeftovers(t *testing.T) {
 			t.Errorf("%v was stopped", cmd.Env[len(cmd.Env)-1])
 		}
 	}
+}
+
+// S2 without a cgroup: an orphan that joined this process's own group
+// (setpgid to it is allowed: the command shares this process's session)
+// and cleared its environment is still one of the tree's, found as an
+// orphan reparented here; before, it was taken for a child this process
+// started itself and outlived the sweep.
+func TestOrphanInThisProcessGroupIsStopped(t *testing.T) {
+	e := newEnv(t)
+	p := e.sh(`(env -i /usr/bin/perl -e 'setpgrp(0, $ARGV[0]) or die "setpgrp: $!"; open(F, ">>", $ARGV[1]) or die; print F "joined $$\n"; close F; sleep 1000' ` +
+		strconv.Itoa(unix.Getpgrp()) + ` $INBOX &); exec sleep 1000`)
+	orphan := e.inbox.nextPid(t)
+	if orphan.pgid != unix.Getpgrp() {
+		t.Fatalf("pid %d is in group %d, not this process's %d: the scenario did not happen", orphan.pid, orphan.pgid, unix.Getpgrp())
+	}
+	p.Stop(100 * time.Millisecond)
+	wait(t, p)
+	requireGone(t, orphan, true)
 }
