@@ -139,7 +139,9 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 		holder, heldFor, reason := "-", "-", ""
 		if h := st.Holder; h != nil {
 			holder = fmt.Sprintf("%s (pid %d)", h.Name, h.PID)
-			heldFor = now.Sub(h.Acquired).Round(time.Second).String()
+			if !h.Acquired.IsZero() { // etcd does not know when an etcdctl lock was taken
+				heldFor = now.Sub(h.Acquired).Round(time.Second).String()
+			}
 			reason = h.Reason
 		}
 		if st.Err != nil {
@@ -242,7 +244,9 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 		if h.Reason != "" {
 			fmt.Fprintf(tw, "reason:\t%s\n", store.Printable(h.Reason))
 		}
-		fmt.Fprintf(tw, "acquired:\t%s (%s ago)\n", h.Acquired.Format(time.RFC3339), now.Sub(h.Acquired).Round(time.Second))
+		if !h.Acquired.IsZero() {
+			fmt.Fprintf(tw, "acquired:\t%s (%s ago)\n", h.Acquired.Format(time.RFC3339), now.Sub(h.Acquired).Round(time.Second))
+		}
 		if !h.Expires.IsZero() {
 			fmt.Fprintf(tw, "expires:\t%s (%s)\n", h.Expires.Format(time.RFC3339), relative(h.Expires, now))
 		}

@@ -108,7 +108,9 @@ func (s *Store) List(ctx context.Context) ([]store.Status, error) {
 		} else if rest, ok := strings.CutPrefix(string(kv.Key), side+"leftovers/"); ok {
 			// A free key whose dead holder left a tree is listed too.
 			if i := strings.LastIndexByte(rest, '/'); i > 0 {
-				byName[rest[:i]] = byName[rest[:i]]
+				if _, seen := byName[rest[:i]]; !seen {
+					byName[rest[:i]] = nil
+				}
 			}
 		}
 	}
