@@ -38,7 +38,8 @@ test:
 integration:
     go test -race -count=1 ./integration/...
 
-# Longer chaos runs (random SIGKILL/SIGSTOP of holders and waiters) behind an env var.
+# Longer chaos runs (random SIGKILL/SIGSTOP of holders and waiters; on etcd,
+# of members of a 3-member cluster too) behind an env var.
 chaos minutes="5":
     FENCERUN_CHAOS_MINUTES={{minutes}} go test -race -count=1 -run 'Chaos' -timeout 0 ./integration/...
 

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -49,9 +50,11 @@ var chaosExits = map[int]bool{0: true, 75: true, 76: true, 99: true, 128 + int(s
 // chaos is one run of the test: the wrappers alive, the ones stopped, and
 // a journal of what happened, shown when the test fails.
 type chaos struct {
-	s     *sandbox
-	t     *testing.T
-	began time.Time
+	s       *sandbox
+	t       *testing.T
+	began   time.Time
+	ttl     string       // of every wrapper's lease
+	allowed map[int]bool // exits the chaos may cause
 
 	mu      sync.Mutex
 	nextID  int
@@ -91,6 +94,21 @@ func chaosSeed(t *testing.T) uint64 {
 
 func TestChaos(t *testing.T) {
 	t.Parallel()
+	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}})
+}
+
+// chaosConfig is what differs between backends: the leases' TTL, how the
+// final run waits for the dead holders' leases, exits that chaos may also
+// cause, and another agitator run beside the one of wrappers (the etcd
+// test's, of members) until the deadline, with its own random source.
+type chaosConfig struct {
+	ttl   string
+	final []string
+	exits []int
+	more  func(rng *rand.Rand, deadline time.Time)
+}
+
+func runChaos(t *testing.T, cfg chaosConfig) {
 	const (
 		key   = "chaos"
 		slots = 5
@@ -98,7 +116,7 @@ func TestChaos(t *testing.T) {
 	d, seed := chaosDuration(t), chaosSeed(t)
 	// A replay repeats the choices, not the timing of the processes.
 	t.Logf("chaos for %v, seed %d (replay the choices with FENCERUN_CHAOS_SEED=%d)", d, seed, seed)
-	c := &chaos{s: newSandbox(t), t: t, began: time.Now(),
+	c := &chaos{s: newSandbox(t), t: t, began: time.Now(), ttl: cfg.ttl, allowed: maps.Clone(chaosExits),
 		running: map[int]*exec.Cmd{}, stopped: map[int]bool{}, exits: map[int]int{}, actions: map[string]int{}}
 	if err := os.Mkdir(c.s.path("logs"), 0o700); err != nil {
 		t.Fatal(err)
@@ -111,6 +129,13 @@ func TestChaos(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, uint64(slot)+1))
 		wg.Go(func() { c.slot(rng, key, deadline, d) })
 	}
+	for _, code := range cfg.exits {
+		c.allowed[code] = true
+	}
+	if cfg.more != nil {
+		rng := rand.New(rand.NewPCG(seed, slots+1))
+		wg.Go(func() { cfg.more(rng, deadline) })
+	}
 	c.agitate(rand.New(rand.NewPCG(seed, 0)), key, deadline, d)
 	wg.Wait()
 
@@ -119,8 +144,9 @@ func TestChaos(t *testing.T) {
 	// A killed holder's leftovers are the next holder's to stop (S2); the
 	// final run is that next holder for the last one.
 	c.logf("wrappers done; live before the final run: %v", c.s.survivors())
-	if code := c.s.run("final", "run", "--key", key, "-n", "--", "true"); code != 0 {
-		t.Errorf("final run -n --key %s -- true: exit %d, want 0", key, code)
+	final := append(append([]string{"run", "--key", key}, cfg.final...), "--", "true")
+	if code := c.s.run("final", final...); code != 0 {
+		t.Errorf("final %v: exit %d, want 0", final, code)
 	}
 	c.s.nothingLeft("after the chaos and the final run")
 
@@ -137,7 +163,7 @@ func TestChaos(t *testing.T) {
 func (c *chaos) slot(rng *rand.Rand, key string, deadline time.Time, d time.Duration) {
 	maxRuns := int(d/(5*time.Millisecond)) + 1
 	for n := 0; n < maxRuns && time.Now().Before(deadline); n++ {
-		args := []string{"run", "--key", key, "--ttl", "1s", "--grace", "1s"}
+		args := []string{"run", "--key", key, "--ttl", c.ttl, "--grace", "1s"}
 		if rng.IntN(10) < 3 {
 			args = append(args, "-n")
 		} else {
@@ -181,7 +207,7 @@ func (c *chaos) runWrapper(args []string) {
 	c.mu.Lock()
 	delete(c.running, id)
 	c.exits[code]++
-	if !chaosExits[code] {
+	if !c.allowed[code] {
 		c.suspect = append(c.suspect, id)
 		c.t.Errorf("wrapper w%d exited %d, not one of the exits chaos can cause", id, code)
 	}
