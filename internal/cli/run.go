@@ -228,7 +228,7 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 			})
 		},
 		StopLeftovers: func(ctx context.Context, trees []store.Leftover) (bool, error) {
-			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor")})
+			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"), Clock: clock})
 			return elsewhere, err
 		},
 		Signals: sigs, Ticks: ticks,
