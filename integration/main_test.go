@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -145,16 +144,7 @@ func exitOf(t *testing.T, c *exec.Cmd) int {
 	go func() { done <- c.Wait() }()
 	select {
 	case err := <-done:
-		if err == nil {
-			return 0
-		}
-		if ee, ok := err.(*exec.ExitError); ok {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				return 128 + int(ws.Signal())
-			}
-			return ee.ExitCode()
-		}
-		t.Fatalf("%v: %v", c.Args, err)
+		return testsupport.ExitCode(t, err)
 	case <-time.After(guard):
 		_ = c.Process.Kill()
 		t.Fatalf("%v did not exit within %v", c.Args, guard)
