@@ -25,9 +25,9 @@ import (
 // ordered against every decision to stop, and every signal, without a
 // lock.
 
-// command stops the predecessors' leftovers, starts the command unless
-// something asked to stop it first, and applies every stop request and
-// forwarded signal until the tree is gone.
+// command stops the predecessors' leftovers, starts the command unless a
+// stop request or a signal came first, and applies every stop request
+// until the tree is gone.
 type command struct {
 	cfg   *Config
 	lease store.Lease
