@@ -35,6 +35,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -225,6 +226,11 @@ func (k *Keeper) Run(ctx context.Context) error {
 		sent := k.clock.Now()
 		go func() {
 			term, req, err := op(ctx)
+			if err != nil {
+				k.log.Trace("store call", "call", kind, "took", logfield.Duration(k.clock.Now()-sent), "error", err)
+			} else {
+				k.log.Trace("store call", "call", kind, "took", logfield.Duration(k.clock.Now()-sent))
+			}
 			results <- opResult{kind: kind, sent: sent, term: term, req: req, err: err}
 		}()
 	}
@@ -232,7 +238,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		return &EndError{Reason: Lost, StopBy: expiry - k.margin(), Err: err}
 	}
 
-	k.log.Trace("keeping the lease", "fence", k.lease.Fence(), "valid_until_boottime_ns", int64(expiry))
+	k.log.Trace("keeping the lease", "valid_until_boottime_ns", int64(expiry))
 	for {
 		now := k.clock.Now()
 		if now >= expiry-k.reserve() {
@@ -303,7 +309,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 				term := renewed(r, k.clock.Now())
 				expiry = term.End()
 				nextRenew = term.Start + term.TTL/3
-				k.log.Trace("renewed", "fence", k.lease.Fence(), "valid_until_boottime_ns", int64(expiry))
+				k.log.Trace("renewed", "valid_until_boottime_ns", int64(expiry))
 			case "check":
 				reason := map[store.Request]Reason{store.RequestCancel: Cancelled, store.RequestHandover: Handover}[r.req]
 				if reason != 0 && !asked {

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/logfield"
 )
 
 // A pid namespace without a /proc of its own (unshare --pid --fork without
@@ -93,7 +94,7 @@ func (s *sweep) signalForeign(sig syscall.Signal) {
 		target = -1
 	}
 	if err := unix.Kill(target, sig); err != nil && err != unix.ESRCH {
-		s.log.Warn("cannot signal the tree", "target", target, "signal", sig, "error", err)
+		s.log.Warn("cannot signal the tree", "target", target, "signal", logfield.Signal(sig), "error", err)
 	}
 }
 

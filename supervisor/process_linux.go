@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
@@ -158,7 +159,7 @@ func Start(cfg Config) (*Process, error) {
 		// clone3 with CLONE_INTO_CGROUP: not one instruction of the
 		// command runs outside its cgroup.
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, p.cg.fd
-		p.log.Debug("cgroup created", "cgroup", cfg.Cgroup, "took", time.Since(t0))
+		p.log.Debug("cgroup created", "cgroup", cfg.Cgroup, "took", logfield.Duration(time.Since(t0)))
 	}
 	started := make(chan error)
 	go p.run(path, cfg.Argv, attr, started)
@@ -270,7 +271,11 @@ func (p *Process) reaped(pid int, ws syscall.WaitStatus, err error) {
 	reg.mu.Lock()
 	delete(reg.procs, pid)
 	reg.mu.Unlock()
-	p.log.Debug("reaped", "pid", pid, "code", p.status.Code, "signal", p.status.Signal)
+	if p.status.Signal != 0 {
+		p.log.Debug("reaped", "pid", pid, "signal", logfield.Signal(p.status.Signal))
+	} else {
+		p.log.Debug("reaped", "pid", pid, "code", p.status.Code)
+	}
 	close(p.done)
 }
 
@@ -332,7 +337,7 @@ func (p *Process) stop(grace time.Duration, shorten bool) {
 	case !p.stopping:
 		p.stopping = true
 		p.deadline = deadline
-		p.log.Debug("stopping", "pid", p.pid, "signal", p.stopSignal, "grace", grace)
+		p.log.Debug("stopping", "pid", p.pid, "signal", logfield.Signal(p.stopSignal), "grace", logfield.Duration(grace))
 		go p.sweep()
 	case shorten && deadline < p.deadline:
 		p.deadline = deadline
@@ -381,7 +386,7 @@ func (p *Process) sweep() {
 		if err := p.cg.remove(); err != nil {
 			p.log.Warn("could not remove the command's cgroup", "error", err)
 		}
-		p.log.Debug("cgroup removed", "cgroup", p.cg.path, "took", time.Since(t0))
+		p.log.Debug("cgroup removed", "cgroup", p.cg.path, "took", logfield.Duration(time.Since(t0)))
 	}
 	// The sweep's last reading found no live process of the tree and
 	// reaped its dead orphans: none can die after it.

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/logfield"
 )
 
 // untrackedRescan is how often a sweep re-reads the tree when some process
@@ -126,7 +127,7 @@ func (s *sweep) runCgroup(timer fence.Timer) error {
 			unix.Close(m.fd)
 		}
 	}()
-	s.log.Debug("sending the stop signal", "signal", s.sig, "cgroup", s.cg.path)
+	s.log.Debug("sending the stop signal", "signal", logfield.Signal(s.sig), "cgroup", s.cg.path)
 	for _, sig := range []syscall.Signal{s.sig, syscall.SIGCONT} {
 		if s.foreign {
 			s.signalForeign(sig)
@@ -134,7 +135,7 @@ func (s *sweep) runCgroup(timer fence.Timer) error {
 		}
 		if s.group != 0 {
 			if err := unix.Kill(-s.group, sig); err != nil && err != unix.ESRCH {
-				s.log.Warn("cannot signal the process group", "pgid", s.group, "signal", sig, "error", err)
+				s.log.Warn("cannot signal the process group", "pgid", s.group, "signal", logfield.Signal(sig), "error", err)
 			}
 		}
 		for _, m := range members {
@@ -142,7 +143,7 @@ func (s *sweep) runCgroup(timer fence.Timer) error {
 				continue
 			}
 			if err := sendSignal(m.fd, sig); err != nil {
-				s.log.Warn("cannot signal a process of the cgroup", "pid", m.pid, "signal", sig, "error", err)
+				s.log.Warn("cannot signal a process of the cgroup", "pid", m.pid, "signal", logfield.Signal(sig), "error", err)
 			}
 		}
 	}
@@ -235,7 +236,7 @@ func (s *sweep) runProcs(timer fence.Timer) error {
 	send := func(sig syscall.Signal, ms []proc, each bool) {
 		if s.group != 0 {
 			if err := unix.Kill(-s.group, sig); err != nil && err != unix.ESRCH {
-				s.log.Warn("cannot signal the process group", "pgid", s.group, "signal", sig, "error", err)
+				s.log.Warn("cannot signal the process group", "pgid", s.group, "signal", logfield.Signal(sig), "error", err)
 			}
 		}
 		for _, q := range ms {
@@ -250,7 +251,7 @@ func (s *sweep) runProcs(timer fence.Timer) error {
 				err = signalProc(q, sig)
 			}
 			if err != nil {
-				s.log.Error("cannot signal a process of the tree", "pid", q.pid, "signal", sig, "error", err)
+				s.log.Error("cannot signal a process of the tree", "pid", q.pid, "signal", logfield.Signal(sig), "error", err)
 				unkillable[k] = err
 				if fd, ok := tracked[k]; ok {
 					unix.Close(fd)
@@ -321,7 +322,7 @@ func (s *sweep) runProcs(timer fence.Timer) error {
 			return err
 		}
 	}
-	s.log.Debug("sending the stop signal", "signal", s.sig, "processes", len(ms))
+	s.log.Debug("sending the stop signal", "signal", logfield.Signal(s.sig), "processes", len(ms))
 	send(s.sig, ms, false)
 	send(syscall.SIGCONT, ms, false)
 	killed := false

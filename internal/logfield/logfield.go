@@ -8,14 +8,24 @@
 package logfield
 
 import (
+	"strconv"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Duration is d rounded to the millisecond, as time.Duration prints it.
+// Duration is d as time.Duration prints it, rounded to the millisecond
+// from a second up and to the microsecond below; under a millisecond in
+// milliseconds ("0.25ms", not "250µs"), so that the text stays ASCII and
+// unquoted, and time.ParseDuration still reads it.
 func Duration(d time.Duration) string {
+	switch a := max(d, -d); {
+	case a < time.Millisecond && a != 0:
+		return strconv.FormatFloat(float64(d.Round(time.Microsecond))/1e6, 'f', -1, 64) + "ms"
+	case a < time.Second:
+		return d.Round(time.Microsecond).String()
+	}
 	return d.Round(time.Millisecond).String()
 }
 

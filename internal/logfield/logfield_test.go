@@ -12,6 +12,8 @@ func TestFields(t *testing.T) {
 		1234567 * time.Microsecond:            "1.235s",
 		90*time.Second + 400*time.Microsecond: "1m30s",
 		0:                                     "0s",
+		239220 * time.Nanosecond:              "0.239ms",
+		5123456 * time.Nanosecond:             "5.123ms",
 	} {
 		if got := Duration(d); got != want {
 			t.Errorf("Duration(%v) = %q, want %q", d, got, want)
