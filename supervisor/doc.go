@@ -1,10 +1,15 @@
 // Package supervisor runs the fenced command and stops its whole process
 // tree.
 //
-// Start runs the command in a process group of its own, with fds 0, 1 and 2
-// inherited untouched (every other descriptor is close-on-exec), and makes
-// the calling process a child subreaper, so that descendants that leave the
+// Start runs the command in a process group of its own, and makes the
+// calling process a child subreaper, so that descendants that leave the
 // group (setsid, double fork) are reparented to it rather than to init.
+// The command gets fds 0, 1 and 2 untouched and every descriptor from 3 on
+// that this process's parent passed it open (not close-on-exec when this
+// package was initialised), each at its own number; none of this
+// process's own. Under systemd socket activation, when LISTEN_PID names
+// this process, the command is started through an exec trampoline so that
+// LISTEN_PID names the command (see activation_linux.go).
 //
 // With Config.Cgroup (a path below the Hierarchy FindHierarchy found), the
 // command is started directly into a cgroup v2 of its own (clone3 with

@@ -48,8 +48,10 @@ const defaultPath = "/bin:/usr/bin"
 // LookPath resolves name as execvp(3) and a shell do, with the PATH of env:
 // a name with a slash is used as it is; otherwise the first executable
 // regular file in PATH wins (an empty or relative entry is the working
-// directory, as for execvp). A non-executable file found in PATH is a 126
-// when nothing executable is found after it, as in sh.
+// directory, as for execvp). Anything found in PATH that cannot be
+// executed, a directory included (so `.`), is a 126 when nothing executable
+// is found after it, as for env(1) and timeout(1): execvp(3) remembers the
+// EACCES that execve gives for both.
 func LookPath(name string, env []string) (string, error) {
 	if name == "" {
 		return "", &ExecError{Path: name, Err: exec.ErrNotFound, Failure: NotFound}
@@ -72,7 +74,7 @@ func LookPath(name string, env []string) (string, error) {
 			return file, nil
 		}
 		var ee *ExecError
-		if denied == nil && errors.As(err, &ee) && ee.Failure == NotExecutable && !errors.Is(err, syscall.EISDIR) {
+		if denied == nil && errors.As(err, &ee) && ee.Failure == NotExecutable {
 			denied = err
 		}
 	}

@@ -89,8 +89,9 @@ type Process struct {
 // cfg is invalid or this process cannot supervise (it must be able to
 // become a child subreaper).
 //
-// Start marks every descriptor of this process other than 0, 1 and 2
-// close-on-exec, so that the command inherits nothing else.
+// Start marks every descriptor of this process from 3 on close-on-exec;
+// the command gets 0, 1 and 2 and those this process's parent passed it
+// (see inherited), each at its own number, and nothing else.
 func Start(cfg Config) (*Process, error) {
 	if len(cfg.Argv) == 0 {
 		return nil, errors.New("supervisor: no command")
@@ -142,7 +143,7 @@ func Start(cfg Config) (*Process, error) {
 	}
 	attr := &syscall.ProcAttr{
 		Env:   cfg.Env,
-		Files: stdFiles(),
+		Files: commandFiles(),
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
 	if p.tty >= 0 {
@@ -162,7 +163,11 @@ func Start(cfg Config) (*Process, error) {
 		p.log.Debug("cgroup created", "cgroup", cfg.Cgroup, "took", logfield.Duration(time.Since(t0)))
 	}
 	started := make(chan error)
-	go p.run(path, cfg.Argv, attr, started)
+	execPath, argv := path, cfg.Argv
+	if activated(cfg.Env) {
+		execPath, argv = viaTrampoline(path, cfg.Argv)
+	}
+	go p.run(execPath, argv, attr, started)
 	if err := <-started; err != nil {
 		p.closeTerminal()
 		unix.Close(p.wake)
@@ -565,19 +570,6 @@ func (p *Process) closeTerminal() {
 		unix.Close(p.tty)
 		p.tty = -1
 	}
-}
-
-// stdFiles gives the command fds 0, 1 and 2 as they are; one that is
-// closed here stays closed there.
-func stdFiles() []uintptr {
-	files := make([]uintptr, 3)
-	for i := range files {
-		files[i] = uintptr(i)
-		if _, err := unix.FcntlInt(uintptr(i), unix.F_GETFD, 0); err != nil {
-			files[i] = ^uintptr(0)
-		}
-	}
-	return files
 }
 
 // closeOnExec marks every descriptor from 3 on close-on-exec: Go opens its

@@ -69,6 +69,7 @@ func TestCannotRun(t *testing.T) {
 		{"not executable", plain, pathEnv, NotExecutable, syscall.EACCES, "permission denied"},
 		{"not executable in PATH", "plain", pathEnv, NotExecutable, syscall.EACCES, "permission denied"},
 		{"directory", dir, pathEnv, NotExecutable, syscall.EISDIR, "is a directory"},
+		{"dot: a directory found in PATH", ".", pathEnv, NotExecutable, syscall.EISDIR, "is a directory"},
 		{"not a program", garbage, pathEnv, NotExecutable, syscall.ENOEXEC, "exec format error"},
 		{"PATH of the command, not ours", "script", "PATH=/nonexistent", NotFound, exec.ErrNotFound, "script"},
 	} {
@@ -87,6 +88,23 @@ func TestCannotRun(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("a directory in PATH, a program of that name after it", func(t *testing.T) {
+		later := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "twice"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(later, "twice"), []byte("#!/bin/sh\nexit 4\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Start(Config{Argv: []string{"twice"}, Env: []string{"PATH=" + dir + ":" + later}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := wait(t, p); st.Code != 4 {
+			t.Errorf("status %+v, want code 4", st)
+		}
+	})
 
 	t.Run("found in the command's PATH", func(t *testing.T) {
 		p, err := Start(Config{Argv: []string{"script"}, Env: []string{pathEnv}})

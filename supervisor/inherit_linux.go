@@ -1,0 +1,85 @@
+package supervisor
+
+import (
+	"os"
+	"slices"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// inherited are the descriptors from 3 on that this process's parent passed
+// it open: open and not close-on-exec when this package is initialised,
+// before main. Every descriptor the Go runtime and this program open is
+// close-on-exec, so what is not was the caller's. Each is marked
+// close-on-exec here, so that no other child of this process gets it, and
+// Start gives it to the command at its own number.
+var inherited = findInherited()
+
+// findInherited lists, and marks close-on-exec, the descriptors from 3 on
+// that are open without close-on-exec.
+func findInherited() []int {
+	var fds []int
+	for _, fd := range openFds() {
+		if fd < 3 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue // /proc/self/fd's own descriptor, or one of the runtime's
+		}
+		unix.CloseOnExec(fd)
+		fds = append(fds, fd)
+	}
+	slices.Sort(fds)
+	return fds
+}
+
+// openFds lists this process's descriptors: from /proc/self/fd, else (no
+// /proc, as in a new pid namespace without its own) by asking each number
+// below the descriptor limit.
+func openFds() []int {
+	var fds []int
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		for _, e := range ents {
+			if fd, err := strconv.Atoi(e.Name()); err == nil {
+				fds = append(fds, fd)
+			}
+		}
+		return fds
+	}
+	limit := uint64(1024)
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil {
+		limit = min(rl.Cur, 1<<16)
+	}
+	for fd := range int(limit) {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			fds = append(fds, fd)
+		}
+	}
+	return fds
+}
+
+// commandFiles is the descriptor table the command starts with: 0, 1 and
+// 2 as they are (one closed here stays closed there), and every inherited
+// descriptor at its own number; every other number is closed.
+func commandFiles() []uintptr {
+	n := 3
+	if len(inherited) > 0 {
+		n = inherited[len(inherited)-1] + 1
+	}
+	files := make([]uintptr, n)
+	for i := range files {
+		files[i] = ^uintptr(0)
+	}
+	for i := range 3 {
+		if _, err := unix.FcntlInt(uintptr(i), unix.F_GETFD, 0); err == nil {
+			files[i] = uintptr(i)
+		}
+	}
+	for _, fd := range inherited {
+		files[fd] = uintptr(fd)
+	}
+	return files
+}
