@@ -118,6 +118,9 @@ type Keeper struct {
 	stop     sync.Once
 	ran      atomic.Bool
 	idle     chan struct{} // receives once no store operation is in flight after Run returned
+	pause    chan struct{}
+	resume   chan chan error
+	ended    chan struct{} // closed when Run returned
 }
 
 // New validates the timing and returns a Keeper whose lease counts as
@@ -144,7 +147,8 @@ func New(c Config) (*Keeper, error) {
 		log:   c.Logger,
 		term:  c.Lease.Term(),
 		ticks: make(chan time.Time, 1), requests: make(chan Reason, 1), cancel: make(chan struct{}),
-		idle: make(chan struct{}, 1),
+		idle:  make(chan struct{}, 1),
+		pause: make(chan struct{}), resume: make(chan chan error), ended: make(chan struct{}),
 	}, nil
 }
 
@@ -195,6 +199,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 	if !k.ran.CompareAndSwap(false, true) {
 		return errors.New("fence: keeper run twice")
 	}
+	defer close(k.ended)
 	var inflight bool
 	results := make(chan opResult, 1)
 	defer func() {
@@ -220,6 +225,14 @@ func (k *Keeper) Run(ctx context.Context) error {
 		checkAt     time.Duration // a failed check is retried from then on
 		tickWanted  *time.Time
 		asked       bool // a request was passed on
+
+		// Between Pause and the answer to Resume the clock does not end
+		// the lease: the command is stopped, and the store decides.
+		paused   bool
+		resuming chan error    // Resume waits for the answer of a renewal
+		resumeOp bool          // the operation in flight is that renewal
+		resumeBy time.Duration // no answer by then: the lease counts as lost
+		lostErr  error         // lost while paused, told to Resume
 	)
 	start := func(kind string, op func(ctx context.Context) (store.Term, store.Request, error)) {
 		inflight = true
@@ -239,12 +252,33 @@ func (k *Keeper) Run(ctx context.Context) error {
 	}
 
 	k.log.Trace("keeping the lease", "valid_until_boottime_ns", int64(expiry))
+	answer := func(err error) {
+		if resuming == nil {
+			return // answered already: no answer in time
+		}
+		resuming <- err
+		resuming = nil
+		if err == nil {
+			paused = false
+		}
+	}
+
 	for {
 		now := k.clock.Now()
-		if now >= expiry-k.reserve() {
+		if resuming != nil && now >= resumeBy {
+			answer(lost(fmt.Errorf("no answer from the store within %v of running again", k.ttl/3)))
+		}
+		if !paused && now >= expiry-k.reserve() {
 			return lost(fmt.Errorf("lease not renewed within %v of its expiry", k.reserve()))
 		}
-		if !inflight {
+		if !inflight && resuming != nil {
+			resumeOp = true
+			start("renew", func(ctx context.Context) (store.Term, store.Request, error) {
+				term, err := k.lease.Renew(ctx)
+				return term, store.RequestNone, err
+			})
+		}
+		if !inflight && !paused {
 			switch {
 			case checkWanted && now >= checkAt:
 				checkWanted = false
@@ -272,6 +306,12 @@ func (k *Keeper) Run(ctx context.Context) error {
 				wake = min(wake, checkAt)
 			}
 		}
+		switch {
+		case resuming != nil:
+			wake = resumeBy
+		case paused:
+			wake = now + 24*time.Hour // nothing to do until Resume
+		}
 		timer.Set(wake)
 
 		select {
@@ -284,10 +324,36 @@ func (k *Keeper) Run(ctx context.Context) error {
 			checkWanted, checkAt = true, 0
 		case t := <-k.ticks:
 			tickWanted = &t
+		case <-k.pause:
+			paused = true
+		case reply := <-k.resume:
+			resuming, resumeBy = reply, k.clock.Now()+k.ttl/3
+			if lostErr != nil {
+				answer(lostErr)
+			}
 		case r := <-results:
 			inflight = false
+			wasResume := resumeOp
+			resumeOp = false
 			if errors.Is(r.err, store.ErrLost) {
-				return lost(r.err)
+				if !paused {
+					return lost(r.err)
+				}
+				// Told to Resume, which stops the command for good
+				// before the run ends: ending here would let the run
+				// group continue the command to stop it gracefully.
+				lostErr = lost(r.err)
+				if wasResume {
+					answer(lostErr)
+				}
+				continue
+			}
+			if wasResume && r.err != nil {
+				if k.clock.Now() < expiry-k.reserve() {
+					answer(nil) // still valid by the clock; retried as usual
+				} else {
+					answer(lost(fmt.Errorf("lease not confirmed after running again: %w", r.err)))
+				}
 			}
 			if r.err != nil {
 				k.log.Warn("lease operation failed; retrying", "op", r.kind, "error", r.err,
@@ -310,6 +376,9 @@ func (k *Keeper) Run(ctx context.Context) error {
 				expiry = term.End()
 				nextRenew = term.Start + term.TTL/3
 				k.log.Trace("renewed", "valid_until_boottime_ns", int64(expiry))
+				if wasResume {
+					answer(nil)
+				}
 			case "check":
 				reason := map[store.Request]Reason{store.RequestCancel: Cancelled, store.RequestHandover: Handover}[r.req]
 				if reason != 0 && !asked {
@@ -332,6 +401,48 @@ func renewed(r opResult, now time.Duration) store.Term {
 	}
 	return t
 }
+
+// Pause tells the keeper that this process is about to stop itself with
+// its command stopped (job control: a Ctrl-Z). Until Resume it neither
+// renews nor lets its clock end the lease: a stopped process cannot renew,
+// and its command does not run meanwhile. On the file backend a stopped
+// holder keeps its key (S1); on another backend the lease may expire, and
+// Resume tells. Call it while Run runs: it waits until Run has seen it.
+func (k *Keeper) Pause() {
+	select {
+	case k.pause <- struct{}{}:
+	case <-k.ended:
+	}
+}
+
+// Resume, after Pause, renews the lease at once and returns nil if it is
+// still held: the command may run again. Otherwise it returns an *EndError
+// (Lost), and the caller must stop the command for good, without letting
+// it run, before the run ends; the keeper itself goes on until it is
+// interrupted, so that it is not what ends the run. No answer from the
+// store within a third of the TTL counts as lost; a failing renewal counts
+// as lost only if the lease is also past its local expiry.
+func (k *Keeper) Resume(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case k.resume <- reply:
+	case <-k.ended:
+		return errNotKept
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-k.ended:
+		return errNotKept
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// errNotKept answers Resume when Run already returned.
+var errNotKept = &EndError{Reason: Lost, Err: errors.New("the keeper no longer runs")}
 
 // Interrupt makes Run return nil. It is safe to call more than once, and
 // after Run returned.

@@ -412,3 +412,58 @@ func TestRenewalGrantsTheReturnedTTL(t *testing.T) {
 		t.Errorf("StopBy = +%v, want +%v (the granted term's end less margin)", e.StopBy-start, want-start)
 	}
 }
+
+// A keeper paused while its process is stopped (job control) does not let
+// its clock end the lease, however long the stop: on Resume it asks the
+// store, and only the store's answer decides.
+func TestPausedKeeperAsksTheStoreOnResume(t *testing.T) {
+	const ttl = 3 * time.Second
+	for _, tc := range []struct {
+		name   string
+		answer error
+		held   bool
+	}{
+		{"still held", nil, true},
+		{"revoked meanwhile", fmt.Errorf("revoked: %w", store.ErrLost), false},
+		{"store failing past the expiry", errors.New("disk on fire"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startKeeper(t, ttl, 0)
+			paused := r.clk.Now()
+			r.k.Pause()
+			r.clk.WaitArmed(paused + 24*time.Hour)
+			// Stopped for ten TTLs: no renewal, no end.
+			r.clk.Advance(10 * ttl)
+			select {
+			case err := <-r.done:
+				t.Fatalf("a paused keeper ended: %v", err)
+			case <-r.l.renews:
+				t.Fatal("a paused keeper renewed")
+			default:
+			}
+			resumed := make(chan error, 1)
+			go func() { resumed <- r.k.Resume(context.Background()) }()
+			testsupport.Recv(t, r.l.renews, "the renewal of Resume")
+			r.l.renewErr <- tc.answer
+			err := testsupport.Recv(t, resumed, "Resume to answer")
+			var end *fence.EndError
+			switch {
+			case tc.held && err != nil:
+				t.Fatalf("Resume = %v, want nil", err)
+			case !tc.held && (!errors.As(err, &end) || end.Reason != fence.Lost):
+				t.Fatalf("Resume = %v, want an EndError Lost", err)
+			}
+			// Either way the keeper itself does not end the run: the caller
+			// stops the command first.
+			select {
+			case err := <-r.done:
+				t.Fatalf("the keeper ended after Resume: %v", err)
+			default:
+			}
+			r.k.Interrupt()
+			if err := testsupport.Recv(t, r.done, "Run to return after Interrupt"); err != nil {
+				t.Fatalf("Run after Interrupt = %v, want nil", err)
+			}
+		})
+	}
+}
