@@ -262,12 +262,17 @@ func (e *fatalError) Error() string { return "fencerun got " + unix.SignalName(e
 // signals forwards the signals fencerun caught (S7) to the command's group
 // once it runs, until its tree is gone; the command decides what they
 // mean. A Fatal signal is not forwarded: it ends the group, which stops the
-// command. Before the start they are the command actor's.
+// command. Before the start they are the command actor's. It is job control
+// too (supervisor.Process.JobControl): under a terminal fencerun stops
+// with its command and, continued, lets the command run again only once
+// the keeper has confirmed the lease. A lease lost while stopped ends the
+// group with the keeper's *fence.EndError (Lost), the command killed
+// without running again.
 type signals struct {
-	in   <-chan os.Signal
-	cmd  *command
-	done chan struct{}
-	log  hclog.Logger
+	in     <-chan os.Signal
+	cmd    *command
+	keeper *fence.Keeper
+	done   chan struct{}
 }
 
 func (s *signals) execute() error {
@@ -276,18 +281,12 @@ func (s *signals) execute() error {
 	case <-s.done:
 		return nil
 	}
-	for {
-		select {
-		case sig := <-s.in:
-			if fatal(sig) {
-				return &fatalError{sig.(syscall.Signal)}
-			}
-			s.log.Debug("forwarding signal", "signal", logfield.Signal(sig.(syscall.Signal)))
-			_ = s.cmd.proc.Signal(sig.(syscall.Signal))
-		case <-s.done:
-			return nil
+	return s.cmd.proc.JobControl(s.done, s.keeper, s.in, func(sig os.Signal) error {
+		if fatal(sig) {
+			return &fatalError{sig.(syscall.Signal)}
 		}
-	}
+		return nil
+	})
 }
 
 func (s *signals) interrupt(error) {

@@ -34,6 +34,11 @@ type Process interface {
 	Group() store.ProcessID
 	// Owns says whether pid is a process of the command's tree.
 	Owns(pid int) bool
+	// JobControl forwards the signals of forward to the tree (but returns
+	// the error ends gives for one), and under a terminal stops and
+	// continues this process with the command, asking k before the command
+	// runs again, until done is closed (supervisor.Process.JobControl).
+	JobControl(done <-chan struct{}, k supervisor.Keeper, forward <-chan os.Signal, ends func(os.Signal) error) error
 }
 
 // Ticks is the holder's end of `fencerun tick`; *fence.TickServer is one.
@@ -240,7 +245,7 @@ func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.L
 	g.Add(func() error { return keep.execute(ctx) }, keep.interrupt)
 	req := newRequests(keeper)
 	g.Add(req.execute, req.interrupt)
-	sigs := &signals{in: cfg.Signals, cmd: cmd, done: make(chan struct{}), log: log}
+	sigs := &signals{in: cfg.Signals, cmd: cmd, keeper: keeper, done: make(chan struct{})}
 	g.Add(sigs.execute, sigs.interrupt)
 	var dog *fence.Watchdog
 	if cfg.StuckAfter > 0 {

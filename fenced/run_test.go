@@ -99,7 +99,20 @@ func (p *fakeProc) Pid() int                        { return 4242 }
 func (p *fakeProc) Stop(grace time.Duration)        { p.stops <- grace }
 func (p *fakeProc) Signal(sig syscall.Signal) error { p.sigs <- sig; return nil }
 func (p *fakeProc) Owns(pid int) bool               { return pid == 4242 }
-func (p *fakeProc) Group() store.ProcessID          { return store.ProcessID{ID: 4242, Start: 1} }
+func (p *fakeProc) JobControl(done <-chan struct{}, _ supervisor.Keeper, forward <-chan os.Signal, ends func(os.Signal) error) error {
+	for {
+		select {
+		case s := <-forward:
+			if err := ends(s); err != nil {
+				return err
+			}
+			p.Signal(s.(syscall.Signal))
+		case <-done:
+			return nil
+		}
+	}
+}
+func (p *fakeProc) Group() store.ProcessID { return store.ProcessID{ID: 4242, Start: 1} }
 func (p *fakeProc) Wait() supervisor.Status {
 	s := <-p.exit
 	p.exited.Store(true)

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,4 +167,59 @@ func readLog(t *testing.T, s *sandbox, log string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// SIGHUP and SIGINT the caller ignored (nohup, trap '') stay ignored for
+// the command, as SIGTSTP does; fencerun does not catch them, so does not
+// forward them either.
+func TestIgnoredSignalsStayIgnored(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	c := s.shell("ign", `trap '' HUP INT TSTP; exec fencerun run --key ign -- grep SigIgn /proc/self/status`)
+	if code := exitOf(t, s.start(c)); code != 0 {
+		t.Fatalf("exit %d, want 0:\n%s", code, readLog(t, s, "ign"))
+	}
+	var mask uint64
+	for _, l := range strings.Split(readLog(t, s, "ign"), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigIgn:"); ok {
+			mask, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGTSTP} {
+		if mask&(1<<(sig-1)) == 0 {
+			t.Errorf("%v is not ignored by the command (SigIgn %016x)", sig, mask)
+		}
+	}
+
+	// sigrec catches every signal fencerun could forward, ignored or not.
+	sigrec, err := sigrecOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.start(s.shell("rec", `trap '' HUP INT; exec fencerun run --key ign -- "$0" rec`, sigrec))
+	var procs []string
+	if err := waitFor(func() bool { procs = recorded(s.path("rec"), "ready"); return len(procs) == 2 }); err != nil {
+		t.Fatalf("sigrec never ready: %q", procs)
+	}
+	// Sent one by one, and forwarded in the order they arrive: USR1
+	// recorded means HUP and INT would have been by then.
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGUSR1} {
+		if err := w.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := waitFor(func() bool { return len(recorded(s.path("rec"), "USR1")) == 2 }); err != nil {
+		t.Fatalf("USR1 never reached the command")
+	}
+	for _, name := range []string{"HUP", "INT"} {
+		if got := recorded(s.path("rec"), name); len(got) > 0 {
+			t.Errorf("the ignored SIG%s was forwarded to %q", name, got)
+		}
+	}
+	if err := w.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, w); code != 0 {
+		t.Errorf("exit %d, want 0 (sigrec exits 0 on TERM)", code)
+	}
 }

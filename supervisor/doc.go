@@ -57,6 +57,11 @@
 //     command's group is made the foreground group (so Ctrl-C reaches it and
 //     it is never stopped by SIGTTIN or SIGTTOU) and the foreground is given
 //     back at the end of Wait. In the background it grabs nothing.
+//   - Job control (Process.JobControl): the command and this process stop
+//     and continue as one job of the shell, and a stopped command runs
+//     again only once the lease is confirmed; a signal forwarded to a
+//     stopped command is followed by SIGCONT. Without a terminal this
+//     process never stops itself.
 //   - Waiting is done by the kernel: waitid on the direct child, SIGCHLD,
 //     poll on pidfds or on the cgroup's events, and a timerfd for the
 //     grace. Nothing polls on a timer (unless pidfds cannot be had). The
@@ -82,8 +87,12 @@
 //     by a wrapper that is not root without a cgroup: their environment
 //     cannot be read and signals to them fail; Stop logs them and does not
 //     wait for them, and StopLeftovers returns an error naming them;
-//   - job control: a command stopped by Ctrl-Z (SIGTSTP) stays stopped, and
-//     this process goes on waiting for it.
+//   - that a job stop reaches processes of the tree outside the command's
+//     group before this process stops (they are sent SIGSTOP just before),
+//     or that a command which ignores SIGTSTP sent to this process stops:
+//     then this process does not stop either;
+//   - the caller's dispositions and mask beyond what the Go runtime leaves
+//     (CallerIgnored; README: what the command is given).
 //
 // Reparented processes are ambiguous: a child of this process that no
 // Process started, that is outside this process's own process group and

@@ -63,7 +63,7 @@ type Process struct {
 	stopSignal syscall.Signal
 	grace      time.Duration
 	log        hclog.Logger
-	tty        int // the terminal whose foreground the command was given, or -1
+	tty        int // the controlling terminal, or -1
 	cg         *cgroup
 	clock      fence.Clock
 	foreign    bool          // /proc is another pid namespace's: see pidns_linux.go
@@ -76,7 +76,12 @@ type Process struct {
 	status Status
 	finish sync.Once
 
+	stops   chan syscall.Signal // the direct child stopped, with this signal
+	jobSigs chan os.Signal      // job signals sent to this process (subscribe)
+	cont    chan os.Signal      // this process was continued
+
 	mu        sync.Mutex
+	held      bool          // job control keeps a stopped command stopped
 	finished  bool          // no more signals to the process group: it may be reused
 	stopping  bool          // a sweep runs or ran
 	sweptDone bool          // wake is closed
@@ -124,8 +129,9 @@ func Start(cfg Config) (*Process, error) {
 		stopSignal: cfg.StopSignal,
 		grace:      cfg.Grace,
 		log:        log,
-		tty:        foregroundTerminal(),
+		tty:        controllingTerminal(),
 		exited:     make(chan struct{}),
+		stops:      make(chan syscall.Signal, 1),
 		reap:       make(chan struct{}),
 		done:       make(chan struct{}),
 		swept:      make(chan struct{}),
@@ -146,7 +152,10 @@ func Start(cfg Config) (*Process, error) {
 		Files: commandFiles(),
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
-	if p.tty >= 0 {
+	foreground := p.tty >= 0 && inForeground(p.tty)
+	if foreground {
+		// Ctrl-C reaches the command, which can read and write the
+		// terminal without SIGTTIN or SIGTTOU.
 		attr.Sys.Foreground = true
 		attr.Sys.Ctty = p.tty
 	}
@@ -162,6 +171,7 @@ func Start(cfg Config) (*Process, error) {
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, p.cg.fd
 		p.log.Debug("cgroup created", "cgroup", cfg.Cgroup, "took", logfield.Duration(time.Since(t0)))
 	}
+	p.subscribe()
 	started := make(chan error)
 	execPath, argv := path, cfg.Argv
 	if activated(cfg.Env) {
@@ -169,6 +179,7 @@ func Start(cfg Config) (*Process, error) {
 	}
 	go p.run(execPath, argv, attr, started)
 	if err := <-started; err != nil {
+		p.unsubscribe()
 		p.closeTerminal()
 		unix.Close(p.wake)
 		if p.cg != nil {
@@ -181,7 +192,7 @@ func Start(cfg Config) (*Process, error) {
 		}
 		return nil, &ExecError{Path: path, Err: err, Failure: failure}
 	}
-	p.log.Debug("started", "pid", p.pid, "path", path, "foreground", p.tty >= 0)
+	p.log.Debug("started", "pid", p.pid, "path", path, "foreground", foreground)
 	return p, nil
 }
 
@@ -213,23 +224,14 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 		return
 	}
 
-	// WNOWAIT leaves the child a zombie, so that its pid, which is also the
-	// process group's id, cannot be reused while the group is signalled.
-	var info unix.Siginfo
-	for {
-		err = unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := p.waitExit(pid); err != nil {
 		p.log.Error("waiting for the command", "pid", pid, "error", err)
 	}
 	close(p.exited)
 
 	<-p.reap
 	if p.tty >= 0 {
-		giveBackTerminal(p.tty, p.log)
+		giveBackTerminal(p.tty, p.pid, p.log)
 		p.closeTerminal()
 	}
 	var ws syscall.WaitStatus
@@ -255,7 +257,7 @@ func (p *Process) runForeign(pid int) {
 	close(p.allGone)
 	<-p.reap
 	if p.tty >= 0 {
-		giveBackTerminal(p.tty, p.log)
+		giveBackTerminal(p.tty, p.pid, p.log)
 		p.closeTerminal()
 	}
 	p.reaped(pid, ws, err)
@@ -276,6 +278,7 @@ func (p *Process) reaped(pid int, ws syscall.WaitStatus, err error) {
 	reg.mu.Lock()
 	delete(reg.procs, pid)
 	reg.mu.Unlock()
+	p.unsubscribe()
 	if p.status.Signal != 0 {
 		p.log.Debug("reaped", "pid", pid, "signal", logfield.Signal(p.status.Signal))
 	} else {
@@ -403,7 +406,9 @@ func (p *Process) sweep() {
 }
 
 // Signal sends sig to the command's process group and to every other live
-// process of its tree. After Wait it returns ErrFinished.
+// process of its tree, and then SIGCONT to those of them that are stopped
+// (unless sig stops or continues, or job control holds the command
+// stopped). After Wait it returns ErrFinished.
 func (p *Process) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -431,6 +436,21 @@ func (p *Process) Signal(sig syscall.Signal) error {
 		}
 		if err := signalProc(q, sig); err != nil {
 			errs = append(errs, fmt.Errorf("supervisor: signalling pid %d: %w", q.pid, err))
+		}
+	}
+	if followedByCont(sig) && !p.held {
+		// A stopped process acts on the signal only once it runs (S7):
+		// continue what of the tree is stopped.
+		group := false
+		for _, q := range ms {
+			switch {
+			case q.state != 'T':
+			case q.pgid != p.pid:
+				signalProc(q, syscall.SIGCONT)
+			case !group:
+				group = true
+				unix.Kill(-p.pid, syscall.SIGCONT)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/internal/testsupport"
 )
 
 func TestExitStatus(t *testing.T) {
@@ -157,10 +159,11 @@ func TestStopKillsAfterGrace(t *testing.T) {
 func TestStopStoppedCommand(t *testing.T) {
 	e := newEnv(t)
 	p := e.sh(`kill -STOP $$; exit 0`)
-	var info unix.Siginfo
-	if err := unix.Waitid(unix.P_PID, p.Pid(), &info, unix.WSTOPPED|unix.WNOWAIT, nil); err != nil {
-		t.Fatal(err)
-	}
+	// The stop is the supervisor's to consume (job control): watch /proc.
+	testsupport.WaitFor(t, "the command to stop", func() bool {
+		q, err := readProc(p.Pid())
+		return err == nil && q.state == 'T'
+	})
 	// With an hour of grace, only SIGCONT lets SIGTERM end it in time.
 	p.Stop(time.Hour)
 	if st := wait(t, p); st.Signal != syscall.SIGTERM {

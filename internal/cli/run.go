@@ -162,9 +162,20 @@ func given(kctx *kong.Context, name string) bool {
 	return false
 }
 
-// forwarded are the signals fencerun passes to the command's group (S7).
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+// forwarded are the signals fencerun passes to the command's group (S7),
+// but for SIGHUP and SIGINT when the caller ignored them (nohup, trap ”):
+// left uncaught they stay ignored, for the command too, as SPEC.md's "What
+// the command is given" asks.
+var forwarded = func() []os.Signal {
+	var sigs []os.Signal
+	for _, s := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH} {
+		if !supervisor.CallerIgnored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	return sigs
+}()
 
 // errGaveUp is the cause of a wait that --wait ended.
 var errGaveUp = errors.New("gave up waiting")

@@ -1,0 +1,273 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Keeper is what job control asks before a stopped command may run again;
+// *fence.Keeper is one.
+type Keeper interface {
+	// Pause: this process is about to stop itself with its command.
+	Pause()
+	// Resume: this process runs again; nil if the lease is still held.
+	Resume(ctx context.Context) error
+}
+
+// jobSignals stop a job from a terminal. Sent to this process, each is
+// sent to the command's tree first (kill -TSTP of the wrapper stops the
+// command, not only the wrapper).
+var jobSignals = []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
+
+// JobControl forwards the signals of forward to the command's tree (with
+// Signal), but for those ends returns an error for: then it returns that
+// error. It makes the command and this process one job, as a shell sees
+// it, until done is closed. Call it once the command runs; done should
+// close when the tree is gone, so that a command being stopped still gets
+// its signals.
+//
+// SIGTSTP, SIGTTIN and SIGTTOU sent to this process are sent to the
+// command's tree. Under a terminal (this process has a controlling one and
+// its process group is not orphaned), when the command stops (Ctrl-Z,
+// SIGTTIN of a background read, SIGSTOP), this process stops its own
+// process group with the same signal, so that the shell sees the job
+// stopped and gives its prompt back; first it tells k (Pause) and stops the
+// tree's processes outside the command's group, so that nothing of the
+// tree runs while the lease is not renewed. When this process is
+// continued (fg, bg, or a SIGCONT after kill), it asks k (Resume) before
+// anything else: if the lease was lost meanwhile, the tree is SIGKILLed
+// without running again and JobControl returns k's error; otherwise the
+// signals that came with the continue (bash's kill of a stopped job sends
+// SIGTERM, then SIGCONT) are forwarded, the command's group is given the
+// terminal's foreground if this process has it (fg, not bg), and the tree
+// is continued.
+//
+// Without a terminal this process never stops itself: a command stopped
+// by SIGSTOP stays stopped and fenced, and Signal follows any other signal
+// to it with SIGCONT.
+func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.Signal, ends func(os.Signal) error) error {
+	sent, cont := p.jobSigs, p.cont
+	for {
+		select {
+		case <-done:
+			return nil
+		case s := <-forward:
+			if err := ends(s); err != nil {
+				return err
+			}
+			p.forward(s)
+		case s := <-sent:
+			p.log.Debug("stop signal sent to fencerun: stopping the command first", "signal", s)
+			if err := p.Signal(s.(syscall.Signal)); err != nil {
+				p.log.Warn("could not stop the command", "signal", s, "error", err)
+			}
+		case sig := <-p.stops:
+			if !p.underTerminal() {
+				p.log.Debug("the command stopped; no terminal, so fencerun goes on fencing it", "signal", sig)
+				continue
+			}
+			if err := p.suspend(sig, cont, k, forward, ends); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// subscribe catches, from before the command starts and until it is
+// reaped, the job signals sent to this process and SIGCONT, for
+// JobControl; those the caller ignored stay ignored, for the command too.
+func (p *Process) subscribe() {
+	var caught []os.Signal
+	for _, s := range jobSignals {
+		if !CallerIgnored(s) {
+			caught = append(caught, s)
+		}
+	}
+	p.jobSigs = make(chan os.Signal, len(jobSignals))
+	signal.Notify(p.jobSigs, caught...)
+	p.cont = make(chan os.Signal, 1)
+	if !CallerIgnored(syscall.SIGCONT) {
+		signal.Notify(p.cont, syscall.SIGCONT)
+	}
+}
+
+func (p *Process) unsubscribe() {
+	signal.Stop(p.jobSigs)
+	signal.Stop(p.cont)
+}
+
+// underTerminal reports whether this process takes part in job control: it
+// has a controlling terminal, it will hear when it is continued, and its
+// process group is not orphaned (the kernel discards the terminal stop
+// signals sent to an orphaned group, and nobody would continue it).
+func (p *Process) underTerminal() bool {
+	return p.tty >= 0 && !CallerIgnored(syscall.SIGCONT) && !orphaned()
+}
+
+// suspend stops this process's group with sig after the command stopped,
+// and continues the command once this process is continued and k says the
+// lease is still held.
+func (p *Process) suspend(sig syscall.Signal, cont <-chan os.Signal, k Keeper, forward <-chan os.Signal, ends func(os.Signal) error) error {
+	p.hold(true)
+	defer p.hold(false)
+	k.Pause()
+	// The command's group is stopped; what of the tree left it is stopped
+	// too, so that nothing of it runs while nothing renews the lease.
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		p.log.Warn("could not stop all of the command's tree", "error", err)
+	}
+	for len(cont) > 0 {
+		<-cont
+	}
+	p.log.Debug("the command stopped; stopping fencerun's job with it", "signal", sig)
+	restore, err := stopSelf(sig)
+	if err != nil {
+		p.log.Warn("could not stop fencerun with its command", "signal", sig, "error", err)
+	} else {
+		<-cont
+		restore()
+	}
+	if err := k.Resume(context.Background()); err != nil {
+		p.log.Debug("continued, but the lease was lost meanwhile: killing the stopped command", "error", err)
+		_ = p.Signal(syscall.SIGKILL)
+		return err
+	}
+	// os/signal hands a batch of signals over in increasing order, so those
+	// that came with the SIGCONT (a lower number) are waiting already.
+	for len(forward) > 0 {
+		s := <-forward
+		if err := ends(s); err != nil {
+			return err // the run ends: the command is stopped as on any end
+		}
+		p.forward(s)
+	}
+	if inForeground(p.tty) {
+		setForeground(p.tty, p.pid, p.log) // fg: the command has the terminal again
+	}
+	p.hold(false)
+	p.log.Debug("continued: continuing the command", "foreground", inForeground(p.tty))
+	return p.Signal(syscall.SIGCONT)
+}
+
+func (p *Process) forward(s os.Signal) {
+	p.log.Debug("forwarding signal", "signal", s)
+	if err := p.Signal(s.(syscall.Signal)); err != nil && !errors.Is(err, ErrFinished) {
+		p.log.Debug("forwarding signal", "signal", s, "error", err)
+	}
+}
+
+// hold, while on, keeps Signal from continuing a stopped command: job
+// control continues it only once the lease is confirmed.
+func (p *Process) hold(on bool) {
+	p.mu.Lock()
+	p.held = on
+	p.mu.Unlock()
+}
+
+// stopped is told, by the goroutine that waits for the direct child, each
+// stop of it; JobControl acts on it. Stops of the stop sweep's own (it
+// freezes the tree before SIGKILL) are not job control's.
+func (p *Process) stopped(sig syscall.Signal) {
+	p.mu.Lock()
+	stopping := p.stopping
+	p.mu.Unlock()
+	if stopping {
+		return
+	}
+	select {
+	case p.stops <- sig:
+	default: // one is pending already
+	}
+}
+
+// childInfo is the siginfo_t of waitid(2) for a child: x/sys/unix's
+// Siginfo leaves the union opaque.
+type childInfo struct {
+	signo, errno, code, _ int32
+	pid                   int32
+	uid                   uint32
+	status                int32
+	_                     [100]byte
+}
+
+// si_code of SIGCHLD (siginfo.h).
+const (
+	cldExited  = 1
+	cldKilled  = 2
+	cldDumped  = 3
+	cldStopped = 5
+)
+
+func waitid(pid int, info *childInfo, options int) error {
+	return unix.Waitid(unix.P_PID, pid, (*unix.Siginfo)(unsafe.Pointer(info)), options, nil)
+}
+
+// waitExit waits until the direct child has exited. WNOWAIT leaves it a
+// zombie, so that its pid, which is also the process group's id, cannot
+// be reused while the group is signalled. Each time it stops meanwhile,
+// the stop is consumed and its signal told to stopped.
+func (p *Process) waitExit(pid int) error {
+	for {
+		var info childInfo
+		err := waitid(pid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return err
+		case info.code == cldExited || info.code == cldKilled || info.code == cldDumped:
+			return nil
+		}
+		// Consumed without WEXITED, so that an exit since is left for
+		// the wait above.
+		var stop childInfo
+		err = waitid(pid, &stop, unix.WSTOPPED|unix.WNOHANG)
+		if err == nil && int(stop.pid) == pid && stop.code == cldStopped {
+			p.stopped(syscall.Signal(stop.status))
+		}
+	}
+}
+
+// orphaned reports whether this process's group is orphaned: no process
+// of it, as far as its ancestors tell, has a parent in another group of
+// the same session.
+func orphaned() bool {
+	pgrp := unix.Getpgrp()
+	mySid, err := unix.Getsid(0)
+	if err != nil {
+		return true
+	}
+	for pid := os.Getppid(); pid > 1; {
+		g, err := unix.Getpgid(pid)
+		if err != nil {
+			return true
+		}
+		if g != pgrp {
+			s, err := unix.Getsid(pid)
+			return err != nil || s != mySid
+		}
+		q, err := readProc(pid)
+		if err != nil {
+			return true
+		}
+		pid = q.ppid
+	}
+	return true
+}
+
+// followedByCont reports whether Signal continues a stopped command after
+// sig: every signal but those that stop or continue, and SIGKILL, which
+// needs no help.
+func followedByCont(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGCONT, syscall.SIGKILL, syscall.SIGSTOP, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
+		return false
+	}
+	return true
+}
