@@ -169,7 +169,7 @@ func readLog(t *testing.T, s *sandbox, log string) string {
 	return string(b)
 }
 
-// SIGHUP and SIGINT the caller ignored (nohup, trap '') stay ignored for
+// SIGHUP and SIGINT the caller ignored (nohup, an empty trap) stay ignored for
 // the command, as SIGTSTP does; fencerun does not catch them, so does not
 // forward them either.
 func TestIgnoredSignalsStayIgnored(t *testing.T) {
