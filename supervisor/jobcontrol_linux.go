@@ -148,6 +148,7 @@ func (p *Process) suspend(sig syscall.Signal, cont <-chan os.Signal, k Keeper, f
 		p.forward(s)
 	}
 	if inForeground(p.tty) {
+		p.gaveTerminal.Store(true)
 		setForeground(p.tty, p.pid, p.log) // fg: the command has the terminal again
 	}
 	p.hold(false)

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -76,9 +77,10 @@ type Process struct {
 	status Status
 	finish sync.Once
 
-	stops   chan syscall.Signal // the direct child stopped, with this signal
-	jobSigs chan os.Signal      // job signals sent to this process (subscribe)
-	cont    chan os.Signal      // this process was continued
+	stops        chan syscall.Signal // the direct child stopped, with this signal
+	gaveTerminal atomic.Bool         // the command was given the terminal's foreground
+	jobSigs      chan os.Signal      // job signals sent to this process (subscribe)
+	cont         chan os.Signal      // this process was continued
 
 	mu        sync.Mutex
 	held      bool          // job control keeps a stopped command stopped
@@ -154,6 +156,7 @@ func Start(cfg Config) (*Process, error) {
 	}
 	foreground := p.tty >= 0 && inForeground(p.tty)
 	if foreground {
+		p.gaveTerminal.Store(true)
 		// Ctrl-C reaches the command, which can read and write the
 		// terminal without SIGTTIN or SIGTTOU.
 		attr.Sys.Foreground = true
@@ -231,7 +234,7 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 
 	<-p.reap
 	if p.tty >= 0 {
-		giveBackTerminal(p.tty, p.pid, p.log)
+		giveBackTerminal(p.tty, p.pid, p.gaveTerminal.Load(), p.log)
 		p.closeTerminal()
 	}
 	var ws syscall.WaitStatus
@@ -257,7 +260,7 @@ func (p *Process) runForeign(pid int) {
 	close(p.allGone)
 	<-p.reap
 	if p.tty >= 0 {
-		giveBackTerminal(p.tty, p.pid, p.log)
+		giveBackTerminal(p.tty, p.pid, p.gaveTerminal.Load(), p.log)
 		p.closeTerminal()
 	}
 	p.reaped(pid, ws, err)

@@ -46,16 +46,16 @@ func setForeground(tty, pgrp int, log hclog.Logger) {
 }
 
 // giveBackTerminal makes this process's group the foreground group of tty
-// again, when the command's group (cmdGroup) has it, or a group of the
-// command's that is gone (a job of a shell run as the command). Any other
-// foreground group is left alone: after bg, or for a job started with &,
-// it is the shell's.
-func giveBackTerminal(tty, cmdGroup int, log hclog.Logger) {
+// again, when the command's group (cmdGroup) has it, or, if the command
+// was given the foreground (gave), a group that is gone (a job of a shell
+// run as the command). Any other foreground group is left alone: after
+// bg, or for a job started with &, it is the shell's.
+func giveBackTerminal(tty, cmdGroup int, gave bool, log hclog.Logger) {
 	fg, err := unix.IoctlGetInt(tty, unix.TIOCGPGRP)
 	if err != nil || fg == unix.Getpgrp() {
 		return // no longer our controlling terminal, or already ours
 	}
-	if fg != cmdGroup && unix.Kill(-fg, 0) != unix.ESRCH {
+	if fg != cmdGroup && (!gave || unix.Kill(-fg, 0) != unix.ESRCH) {
 		return
 	}
 	setForeground(tty, unix.Getpgrp(), log)
