@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/internal/logfield"
 )
 
 // Keeper is what job control asks before a stopped command may run again;
@@ -63,13 +65,13 @@ func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.S
 			}
 			p.forward(s)
 		case s := <-sent:
-			p.log.Debug("stop signal sent to fencerun: stopping the command first", "signal", s)
+			p.log.Debug("stop signal sent to fencerun: stopping the command first", "signal", logfield.Signal(s.(syscall.Signal)))
 			if err := p.Signal(s.(syscall.Signal)); err != nil {
-				p.log.Warn("could not stop the command", "signal", s, "error", err)
+				p.log.Warn("could not stop the command", "signal", logfield.Signal(s.(syscall.Signal)), "error", err)
 			}
 		case sig := <-p.stops:
 			if !p.underTerminal() {
-				p.log.Debug("the command stopped; no terminal, so fencerun goes on fencing it", "signal", sig)
+				p.log.Debug("the command stopped; no terminal, so fencerun goes on fencing it", "signal", logfield.Signal(sig))
 				continue
 			}
 			if err := p.suspend(sig, cont, k, forward, ends); err != nil {
@@ -125,10 +127,10 @@ func (p *Process) suspend(sig syscall.Signal, cont <-chan os.Signal, k Keeper, f
 	for len(cont) > 0 {
 		<-cont
 	}
-	p.log.Debug("the command stopped; stopping fencerun's job with it", "signal", sig)
+	p.log.Debug("the command stopped; stopping fencerun's job with it", "signal", logfield.Signal(sig))
 	restore, err := stopSelf(sig)
 	if err != nil {
-		p.log.Warn("could not stop fencerun with its command", "signal", sig, "error", err)
+		p.log.Warn("could not stop fencerun with its command", "signal", logfield.Signal(sig), "error", err)
 	} else {
 		<-cont
 		restore()
@@ -157,9 +159,10 @@ func (p *Process) suspend(sig syscall.Signal, cont <-chan os.Signal, k Keeper, f
 }
 
 func (p *Process) forward(s os.Signal) {
-	p.log.Debug("forwarding signal", "signal", s)
-	if err := p.Signal(s.(syscall.Signal)); err != nil && !errors.Is(err, ErrFinished) {
-		p.log.Debug("forwarding signal", "signal", s, "error", err)
+	sig := s.(syscall.Signal)
+	p.log.Debug("forwarding signal", "signal", logfield.Signal(sig))
+	if err := p.Signal(sig); err != nil && !errors.Is(err, ErrFinished) {
+		p.log.Debug("forwarding signal", "signal", logfield.Signal(sig), "error", err)
 	}
 }
 
