@@ -172,6 +172,13 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 	if len(q) > 0 {
 		a.last, a.tail = q[len(q)-1].seq, q[len(q)-1].name
 	}
+	// Never the name of the holder's own entry, which status leaves out
+	// while it is being removed (take).
+	if rec.Holder != nil {
+		if n, ok := parseSeq(rec.Holder.Entry); ok && n > a.last {
+			a.last = n
+		}
+	}
 	live, err := openFile(a.kd, liveFile, unix.O_RDONLY|unix.O_CREAT)
 	if err != nil {
 		return nil, busy{}, err
@@ -269,6 +276,9 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 			Acquired: now,
 			Expires:  now.Add(a.claim.TTL),
 		},
+	}
+	if a.entry != nil {
+		next.Holder.Entry = a.entry.name
 	}
 	// The fence is durable in its reservation; the record need not be
 	// (fences.go): one write in place.

@@ -66,6 +66,9 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 	}
 	st := &store.Status{Key: key, State: store.Free, Waiters: make([]store.Holder, 0, len(q))}
 	for _, e := range q {
+		if held && rec.Holder != nil && e.name == rec.Holder.Entry {
+			continue // the holder's own, on its way out
+		}
 		st.Waiters = append(st.Waiters, e.w.holder())
 	}
 	if !held {

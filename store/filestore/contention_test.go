@@ -248,3 +248,42 @@ func TestDescriptorsAreNotInherited(t *testing.T) {
 	mustRelease(t, l)
 	<-done
 }
+
+// A new holder's own queue entry is removed in the background (take):
+// status never shows the holder as a waiter meanwhile, and a waiter that
+// comes after never gets that entry's name, so status never hides it.
+func TestTheNewHoldersEntryIsNeitherShownNorReused(t *testing.T) {
+	s, root := newStore(t)
+	ctx := t.Context()
+	first := mustAcquire(t, s, "k", claim("first"))
+	waitFor := func(name string) <-chan store.Lease {
+		got := make(chan store.Lease, 1)
+		go func() {
+			c := claim(name)
+			c.Wait = true
+			l, _, err := s.Acquire(ctx, "k", c)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		return got
+	}
+	second := waitFor("second")
+	waitWaiters(t, s, "k", 1)
+	mustRelease(t, first)
+	l := <-second
+	if st := mustStatus(t, s, "k"); st.Holder == nil || st.Holder.Name != "second" || len(st.Waiters) != 0 {
+		t.Fatalf("status right after the handoff: holder %+v, waiters %+v; want second holding, nobody waiting", st.Holder, st.Waiters)
+	}
+	testsupport.WaitFor(t, "the new holder's entry to go", func() bool {
+		ents, err := os.ReadDir(keyPath(root, "k") + "/queue")
+		return err == nil && len(ents) == 0
+	})
+	third := waitFor("third")
+	if st := waitWaiters(t, s, "k", 1); st.Waiters[0].Name != "third" {
+		t.Fatalf("waiters %+v, want third", st.Waiters)
+	}
+	mustRelease(t, l)
+	mustRelease(t, <-third)
+}

@@ -56,6 +56,10 @@ type holderRecord struct {
 	CommandPID int             `json:"command_pid,omitempty"`
 	Group      store.ProcessID `json:"group,omitzero"`
 	Session    store.ProcessID `json:"session,omitzero"`
+	// Entry is the queue entry the holder waited in, removed in the
+	// background after it took the lease (take): status does not show it
+	// as a waiter meanwhile.
+	Entry string `json:"entry,omitempty"`
 }
 
 // tokenLen is the length of a token in hex: 128 bits.
