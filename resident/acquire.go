@@ -391,7 +391,7 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 		clock: clock, term: store.Term{Start: clock(), TTL: a.c.TTL},
 		changes: changes, watch: watch, held: c, unwatch: make(chan struct{}),
 		log:  a.log.With("fence", fence),
-		file: payloadFile{fd: fd, path: a.p.lock, size: len(data)},
+		file: openPayloadFile(fd, a.p.lock, data),
 		p: payload{
 			Schema: schema, PID: a.pid, Host: a.host, Surface: a.c.Name, Reason: a.c.Reason,
 			AcquiredAt: a.c.Now(), Store: a.p.store, StuckAfter: duration(a.c.StuckAfter),

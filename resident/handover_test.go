@@ -2,7 +2,6 @@ package resident
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -159,8 +158,8 @@ func TestHolderRefusesDeadAndStaleRequests(t *testing.T) {
 			t.Fatalf("Check = %v, %v", req, err)
 		}
 		data, _ := os.ReadFile(storePath + ".resident.lock")
-		var p payload
-		if err := json.Unmarshal(data, &p); err != nil {
+		p, _, err := decodePayload(data, "lock")
+		if err != nil {
 			t.Fatal(err)
 		}
 		if p.HandoverRefused == nil || p.HandoverRefused.ID != id || !strings.Contains(p.HandoverRefused.Reason, why) {

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -62,8 +63,17 @@ func (d *duration) UnmarshalText(b []byte) error {
 }
 
 // decodePayload parses a payload read from path; empty reports a file with
-// nothing but blanks in it (a released role, or one being taken).
+// no payload in it (a released role, or one being taken). The file is two
+// slots (internal/slots) holding the payload, or nothing for a released
+// role; a plain JSON payload, as earlier fencerun wrote, is read too.
 func decodePayload(data []byte, path string) (p payload, empty bool, err error) {
+	if slots.IsSlotted(data) {
+		f, err := slots.Parse(data)
+		if err != nil {
+			return payload{}, false, fmt.Errorf("%w: %s: %v", store.ErrCorrupt, path, err)
+		}
+		data = f.Data
+	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
 		return payload{}, true, nil
@@ -140,41 +150,60 @@ func (p payload) stuck(now time.Time) bool {
 type payloadFile struct {
 	fd   int
 	path string
-	size int // length of the content last written (or found)
+	cur  slots.File // as last written (or found): Size 0 until the file is slotted
 }
 
-// write replaces the payload in place: under an OFD write lock, one pwrite
-// of the new JSON padded with blanks over the old content, then a truncate
-// to the new length. Killed at any point, the file holds valid JSON: the
-// old, or the new followed by blanks.
+// openPayloadFile is the holder's writing end of the lock file fd, whose
+// content data was read just before.
+func openPayloadFile(fd int, path string, data []byte) payloadFile {
+	f := payloadFile{fd: fd, path: path}
+	if slots.IsSlotted(data) {
+		f.cur, _ = slots.Parse(data) // not valid: made whole at the first write
+	}
+	return f
+}
+
+// write replaces the payload in place, under an OFD write lock: one pwrite
+// into the older of the file's two slots (internal/slots), the other, the
+// payload before, left alone. Killed or cut short at any byte, or torn by
+// a power cut, the file still reads as the old payload or the new one.
+// The first write into a file that is not slotted yet (empty, or an
+// earlier fencerun's JSON) writes both slots at once.
 func (f *payloadFile) write(p payload) error {
 	data, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("resident: encode payload: %w", err)
 	}
-	data = append(data, '\n')
-	n := len(data)
-	if pad := f.size - n; pad > 0 {
-		data = append(data, bytes.Repeat([]byte{' '}, pad)...)
-	}
-	return f.rewrite(data, n)
+	return f.put(data)
 }
 
 // clear empties the payload: the role is released.
-func (f *payloadFile) clear() error { return f.rewrite(nil, 0) }
+func (f *payloadFile) clear() error { return f.put(nil) }
 
-func (f *payloadFile) rewrite(data []byte, n int) error {
+func (f *payloadFile) put(data []byte) error {
 	if err := lockRange(f.fd, unix.F_WRLCK, f.path); err != nil {
 		return err
 	}
 	defer lockRange(f.fd, unix.F_UNLCK, f.path)
-	if err := writeFull(f.fd, data, 0); err != nil {
+	if !f.cur.Fits(data) {
+		whole, err := slots.Whole(data, f.cur.Seq+2)
+		if err != nil {
+			return fmt.Errorf("resident: %s: %w", f.path, err)
+		}
+		if err := writeFull(f.fd, whole, 0); err != nil {
+			return &os.PathError{Op: "write", Path: f.path, Err: err}
+		}
+		if err := unix.Ftruncate(f.fd, int64(len(whole))); err != nil {
+			return &os.PathError{Op: "truncate", Path: f.path, Err: err}
+		}
+		f.cur, _ = slots.Parse(whole)
+		return nil
+	}
+	next := f.cur
+	off, b := next.Next(data)
+	if err := writeFull(f.fd, b, off); err != nil {
 		return &os.PathError{Op: "write", Path: f.path, Err: err}
 	}
-	f.size = len(data)
-	if err := unix.Ftruncate(f.fd, int64(n)); err != nil {
-		return &os.PathError{Op: "truncate", Path: f.path, Err: err}
-	}
-	f.size = n
+	f.cur = next
 	return nil
 }

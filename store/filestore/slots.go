@@ -2,55 +2,33 @@ package filestore
 
 import (
 	"bytes"
-	"encoding/binary"
+	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/store"
 )
 
-// Records are written in place: a record file holds two slots of equal,
-// fixed size, each a header and the record's bytes:
-//
-//	offset 0  "FRS\x01"        magic and format version
-//	       4  uint32 LE        the slot size (the file is two of them)
-//	       8  uint64 LE        sequence number
-//	      16  uint32 LE        length of the record
-//	      20  uint32 LE        CRC-32 (IEEE) of bytes 0-19 and the record
-//	      24  the record
-//
-// A write goes to the slot with the lower sequence number, with the next
-// number, in one pwrite, and leaves the other slot, the last good record,
-// alone. Readers take the valid slot with the higher sequence number. A
-// write cut at any byte (a crash, a full disk, a power cut tearing the
+// Records are written in place, in the two-slot format of package
+// internal/slots: a write goes to the slot with the lower sequence number,
+// with the next number, in one pwrite, and leaves the other slot, the last
+// good record, alone; readers take the valid slot with the higher number.
+// A write cut at any byte (a crash, a full disk, a power cut tearing the
 // page) leaves a slot whose checksum fails, and the other slot still holds
-// the record before it: readers see the old record or the new one, never
-// a torn one. No inode is made per write and nothing is renamed, which is
-// what made a record write cost hundreds of microseconds on ext4.
+// the record before it. No inode is made per write and nothing is renamed,
+// which is what made a record write cost hundreds of microseconds on ext4.
 //
-// Slots are page-sized (4 KiB, more for a larger record) so the two never
-// share a page or a disk sector: writing one never rewrites the other. A
-// file is made whole (both slots valid, the same record) by writeAtomic,
+// A file is made whole (both slots valid, the same record) by writeAtomic,
 // durably, the first time a key is written or when a record outgrows its
 // slot; only then do in-place writes begin, so every slot on disk always
 // holds some record that was written whole. docs/DESIGN.md ("Writes in
 // place") gives the power-cut reasoning.
 const (
-	slotMagic    = "FRS\x01"
-	slotHeader   = 24
-	minSlotSize  = 4 << 10
-	maxSlotSize  = maxFileSize / 2
-	slotCRCStart = 20
+	slotHeader  = slots.Header
+	minSlotSize = slots.MinSize
 )
-
-// slotCRC is CRC-32 IEEE, whose tables cost nothing to set up: Castagnoli's
-// cost 1.2 million instructions at every start on amd64, more than a
-// quarter of what a whole `fencerun version` takes.
-func slotCRC(header, data []byte) uint32 {
-	return crc32.Update(crc32.ChecksumIEEE(header), crc32.IEEETable, data)
-}
 
 // slotted is what a record file held when it was read: the record's bytes
 // and where they came from, which the next write needs.
@@ -71,71 +49,28 @@ func parseSlotted(raw []byte, path string) (slotted, error) {
 	s := slotted{raw: raw, exists: true}
 	if trimmed := bytes.TrimSpace(raw); len(trimmed) == 0 {
 		return s, fmt.Errorf("%w: %s is empty", store.ErrCorrupt, path)
-	} else if !bytes.HasPrefix(raw, []byte(slotMagic)) && trimmed[0] == '{' {
+	} else if !slots.IsSlotted(raw) && trimmed[0] == '{' {
 		s.data = trimmed
 		return s, nil
 	}
-	size := len(raw) / 2
-	if len(raw)%2 != 0 || size < minSlotSize || size > maxSlotSize {
-		return s, fmt.Errorf("%w: %s is not a record file (%d bytes, not two slots)", store.ErrCorrupt, path, len(raw))
+	f, err := slots.Parse(raw)
+	if err != nil {
+		return s, fmt.Errorf("%w: %s %s", store.ErrCorrupt, path, describeSlotError(err))
 	}
-	found := false
-	for i := range 2 {
-		data, seq, ok := parseSlot(raw[i*size:(i+1)*size], size)
-		if ok && (!found || seq > s.seq) {
-			s.data, s.seq, s.slot, found = data, seq, i, true
-		}
-	}
-	if !found {
-		return s, fmt.Errorf("%w: %s has no valid slot (checksums fail)", store.ErrCorrupt, path)
-	}
-	s.size = size
+	s.data, s.seq, s.slot, s.size = f.Data, f.Seq, f.Slot, f.Size
 	return s, nil
 }
 
-// parseSlot checks one slot and returns its record and sequence number.
-func parseSlot(b []byte, size int) ([]byte, uint64, bool) {
-	if string(b[:4]) != slotMagic || int(binary.LittleEndian.Uint32(b[4:])) != size {
-		return nil, 0, false
+func describeSlotError(err error) string {
+	if errors.Is(err, slots.ErrNoSlot) {
+		return "has " + err.Error()
 	}
-	seq := binary.LittleEndian.Uint64(b[8:])
-	n := int(binary.LittleEndian.Uint32(b[16:]))
-	if n > size-slotHeader {
-		return nil, 0, false
-	}
-	if slotCRC(b[:slotCRCStart], b[slotHeader:slotHeader+n]) != binary.LittleEndian.Uint32(b[slotCRCStart:]) {
-		return nil, 0, false
-	}
-	return b[slotHeader : slotHeader+n], seq, true
+	return "is " + err.Error()
 }
 
-// encodeSlot is one slot's header and record (not padded: the bytes after
-// the record are never read).
-func encodeSlot(data []byte, seq uint64, size int) []byte {
-	b := make([]byte, slotHeader+len(data))
-	copy(b, slotMagic)
-	binary.LittleEndian.PutUint32(b[4:], uint32(size))
-	binary.LittleEndian.PutUint64(b[8:], seq)
-	binary.LittleEndian.PutUint32(b[16:], uint32(len(data)))
-	copy(b[slotHeader:], data)
-	binary.LittleEndian.PutUint32(b[slotCRCStart:], slotCRC(b[:slotCRCStart], data))
-	return b
-}
+func encodeSlot(data []byte, seq uint64, size int) []byte { return slots.Encode(data, seq, size) }
 
-// wholeFile is a record file with data in both slots, the first newer.
-func wholeFile(data []byte, seq uint64) ([]byte, error) {
-	size := minSlotSize
-	for size-slotHeader < len(data) {
-		size *= 2
-	}
-	if size > maxSlotSize {
-		return nil, fmt.Errorf("record of %d bytes is over %d", len(data), maxSlotSize-slotHeader)
-	}
-	f := make([]byte, 2*size)
-	copy(f, encodeSlot(data, seq, size))
-	copy(f[size:], encodeSlot(data, seq-1, size))
-	return f, nil
-}
+func wholeFile(data []byte, seq uint64) ([]byte, error) { return slots.Whole(data, seq) }
 
 // slotWrite is the one call that writes a slot in place. Tests replace it
 // to cut a write short at any byte, or to die in the middle of one.
