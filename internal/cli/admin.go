@@ -80,7 +80,7 @@ func (c *CancelCmd) Validate() error {
 // Run records the request and, with --wait, waits for the key to be free.
 func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Resident != "" {
-		return cancelResident(c.Resident)
+		return cancelResident(c.Resident, c.Wait)
 	}
 	backend, err := g.openStore(false)
 	var missing *noState
@@ -110,21 +110,26 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Wait.None() || before.Holder == nil {
 		return nil
 	}
-	fence := before.Holder.Fence
+	return waitLetGo(c.Key, before.Holder.Fence, c.Wait, func() (*store.Status, error) { return backend.Status(ctx, c.Key) })
+}
+
+// waitLetGo waits, at most wait, until the holder with fence of what
+// (a key, or a store's role) has let go, reading status.
+func waitLetGo(what string, fence uint64, wait duration.Wait, status func() (*store.Status, error)) error {
 	// A rare, interactive wait: a status read every 50ms costs nothing
 	// that matters and needs no watch of the store's internals.
-	deadline := time.Now().Add(c.Wait.Limit())
+	deadline := time.Now().Add(wait.Limit())
 	for {
-		st, err := backend.Status(ctx, c.Key)
+		st, err := status()
 		if err != nil {
 			return fail(exitFailed, "%v", err)
 		}
 		if st.Holder == nil || st.Holder.Fence != fence {
-			fmt.Printf("the holder of %s (fence %d) has let go\n", c.Key, fence)
+			fmt.Printf("the holder of %s (fence %d) has let go\n", what, fence)
 			return nil
 		}
-		if !c.Wait.Forever() && time.Now().After(deadline) {
-			return fail(exitConflict, "the holder of %s (fence %d) still holds it after %v", c.Key, fence, c.Wait)
+		if !wait.Forever() && time.Now().After(deadline) {
+			return fail(exitConflict, "the holder of %s (fence %d) still holds it after %v", what, fence, wait)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

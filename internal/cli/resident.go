@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fencerun/fencerun/fenced"
+	"github.com/fencerun/fencerun/internal/duration"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
 )
@@ -95,8 +96,9 @@ func releaseResident(path string) error {
 	return nil
 }
 
-// cancelResident is `cancel --resident PATH`.
-func cancelResident(path string) error {
+// cancelResident is `cancel --resident PATH [--wait D]`.
+func cancelResident(path string, wait duration.Wait) error {
+	before, _ := resident.Status(path)
 	had, err := resident.Cancel(path)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
@@ -106,7 +108,10 @@ func cancelResident(path string) error {
 		return nil
 	}
 	fmt.Printf("asked the resident of %s to stop its command (it exits 77)\n", path)
-	return nil
+	if wait.None() || before == nil || before.Holder == nil {
+		return nil
+	}
+	return waitLetGo("the resident role of "+path, before.Holder.Fence, wait, func() (*store.Status, error) { return resident.Status(path) })
 }
 
 // residentBook is what the file backend keeps of the resident roles a root
