@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -27,10 +29,11 @@ var ErrTickRefused = errors.New("fence: tick refused")
 // enter, given to the command as FENCERUN_TICK (a path, so it is reached
 // from any network namespace). A connection is accepted only from a peer
 // (by SO_PEERCRED, read at once on accept) that is a process of the
-// command's tree: any other is answered "refused" and hung up on before it
-// holds a slot, so neither other users (who cannot reach the socket) nor
-// other processes of the same user can make the holder drop its own
-// command's ticks (R6). The holder then stamps the tick itself: only the
+// command's tree: another user's is answered "refused" and hung up on
+// before it holds a slot (and other users cannot reach the socket at all);
+// a process of the holder's own user that is not of the tree (yet: a
+// command may tick before its start is recorded) waits up to a second in
+// slots of its own, so it never takes the tree's (R6). The holder then stamps the tick itself: only the
 // holding process writes its record.
 type TickServer struct {
 	ln    *net.UnixListener
@@ -39,6 +42,7 @@ type TickServer struct {
 	addr  string
 	log   hclog.Logger
 
+	mu        sync.Mutex
 	refusedAt time.Time // rate limit of the refusal warning
 	refused   int       // refusals not logged since
 }
@@ -100,13 +104,15 @@ func ListenTicks(dir string, log hclog.Logger) (*TickServer, error) {
 func (s *TickServer) Addr() string { return s.addr }
 
 // Serve answers ticks until Close: a peer for which owns(pid) is true gets
-// onTick called and "ok"; any other is refused at once. It returns nil once
+// onTick called and "ok"; any other is refused. It returns nil once
 // closed. Nothing a caller does ends Serve: accept errors (EMFILE, say) are
 // logged and retried with a backoff, and at most maxCallers of the tree's
-// processes are answered at once, each for at most callerDeadline; one
-// beyond that is hung up on.
+// processes are answered at once, each for at most callerDeadline, beside
+// at most maxCallers of our own user's not yet known; one beyond that is
+// hung up on.
 func (s *TickServer) Serve(owns func(pid int) bool, onTick func(time.Time)) error {
 	callers := make(chan struct{}, maxCallers)
+	pending := make(chan struct{}, maxCallers)
 	backoff := 10 * time.Millisecond
 	for {
 		c, err := s.ln.AcceptUnix()
@@ -120,9 +126,30 @@ func (s *TickServer) Serve(owns func(pid int) bool, onTick func(time.Time)) erro
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		pid, err := peerPID(c)
-		if err != nil || !owns(pid) {
+		pid, uid, err := peerCred(c)
+		owned := err == nil && owns(pid)
+		// A process of our own user that is not (yet) of the tree may be
+		// the command ticking before its start was recorded: it is given
+		// a slot and a moment. Anyone else is refused at once.
+		if !owned && (err != nil || uid != os.Geteuid()) {
 			s.refuse(c, pid, err)
+			continue
+		}
+		if !owned {
+			// Its own slots, so that such peers never take the tree's.
+			select {
+			case pending <- struct{}{}:
+				go func() {
+					defer func() { <-pending }()
+					if !ownsSoon(owns, pid) {
+						s.refuse(c, pid, nil)
+						return
+					}
+					s.answer(c, onTick)
+				}()
+			default:
+				c.Close()
+			}
 			continue
 		}
 		select {
@@ -148,6 +175,8 @@ func (s *TickServer) refuse(c *net.UnixConn, pid int, err error) {
 	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
 	_, _ = c.Write([]byte(reply + "\n"))
 	c.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.refused++
 	if now := time.Now(); now.Sub(s.refusedAt) >= time.Second {
 		s.log.Warn("tick refused", "reason", reply, "refused_since_last_warning", s.refused)
@@ -183,22 +212,34 @@ func (s *TickServer) Close() error {
 	return err
 }
 
-func peerPID(c *net.UnixConn) (int, error) {
+// ownsSoon asks owns again for a moment: a command that ticks at once may
+// connect before its start was recorded.
+func ownsSoon(owns func(pid int) bool, pid int) bool {
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		if owns(pid) {
+			return true
+		}
+	}
+	return false
+}
+
+func peerCred(c *net.UnixConn) (pid, uid int, err error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var cred *unix.Ucred
 	var gerr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if gerr != nil {
-		return 0, fmt.Errorf("peer credentials: %w", gerr)
+		return 0, 0, fmt.Errorf("peer credentials: %w", gerr)
 	}
-	return int(cred.Pid), nil
+	return int(cred.Pid), int(cred.Uid), nil
 }
 
 // SendTick is `fencerun tick`: it asks the holder behind addr (the value of
