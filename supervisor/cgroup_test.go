@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencerun/fencerun/fence/fencetest"
+	"github.com/fencerun/fencerun/store"
 )
 
 // hierarchy returns the writable cgroup v2 hierarchy the tests run in, or
@@ -143,4 +146,59 @@ func TestCgroupEscapeeIsStillStopped(t *testing.T) {
 		t.Errorf("status %+v, want exit 0", st)
 	}
 	requireGone(t, escapee, false)
+}
+
+// S2 after a SIGKILLed wrapper, with a cgroup: a process of the dead
+// command's group that had moved itself out of the cgroup is still
+// stopped, by the recorded group, as without a cgroup; before, only the
+// cgroup was stopped and it ran on beside the next holder's command.
+func TestLeftoverOutsideItsCgroupIsStopped(t *testing.T) {
+	h := hierarchy(t)
+	e := newEnv(t)
+	mk := func() string {
+		path := h.NewPath()
+		if err := os.Mkdir(path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
+			for i := 0; i < 100; i++ {
+				if err := os.Remove(path); err == nil || os.IsNotExist(err) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+		return path
+	}
+	dead, elsewhere := mk(), mk() // the dead holder's command's cgroup, and where the escapee went
+	d, err := os.Open(dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := exec.Command("sh", "-c", `sh -c 'echo $$ > `+elsewhere+`/cgroup.procs && echo $$ > $INBOX && exec sleep 1000' & exec sleep 1000`)
+	leader.Env = e.env
+	leader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: int(d.Fd())}
+	err = leader.Start()
+	d.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { leader.Process.Kill(); leader.Wait() })
+	escapee := e.inbox.nextPid(t)
+	lq, err := readProc(leader.Process.Pid)
+	if err != nil || escapee.pgid != lq.pid {
+		t.Fatalf("the escapee %d is in group %d, not the leader's %d (%v): the scenario did not happen", escapee.pid, escapee.pgid, lq.pid, err)
+	}
+	host, _ := os.Hostname()
+	l := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: dead, Group: store.ProcessID{ID: lq.pid, Start: lq.start}}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if _, err := StopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	requireGone(t, escapee, false)
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead holder's cgroup is still there: %v", err)
+	}
 }

@@ -109,6 +109,14 @@ func StopLeftovers(ctx context.Context, l store.Leftover, cfg StopConfig) (int, 
 		if err := cg.remove(); err != nil {
 			log.Warn("could not remove the dead holder's cgroup", "error", err)
 		}
+		if members != nil {
+			// What left the cgroup but not the recorded group, session
+			// or marker: stopped as without a cgroup.
+			s.cg = nil
+			if err := s.run(); err != nil {
+				return n, err
+			}
+		}
 	}
 	return n, nil
 }
@@ -129,30 +137,33 @@ func CountLeftovers(l store.Leftover) (int, error) {
 	return len(ms), err
 }
 
-// findLeftovers opens l's cgroup if it is there, or else returns how to
-// read l's processes: those carrying its marker (if validMarker), those of its process group and session (if the
+// findLeftovers opens l's cgroup if it is there, and returns how to read
+// l's processes outside it: those carrying its marker (if validMarker), those of its process group and session (if the
 // ids still name the recorded ones), and their descendants, never this
 // process nor its ancestors.
 func findLeftovers(l store.Leftover, log hclog.Logger) (*cgroup, func() ([]proc, error), error) {
 	if host, _ := os.Hostname(); l.Host != "" && l.Host != host {
 		return nil, nil, fmt.Errorf("%w: %s (dead holder pid %d)", ErrOtherHost, l.Host, l.HolderPID)
 	}
+	var cg *cgroup
 	if l.Cgroup != "" {
 		if err := validCgroup(l.Cgroup); err != nil {
 			log.Warn("ignoring the cgroup of a record", "error", err)
 		} else {
-			cg, err := openCgroup(l.Cgroup)
-			if err == nil {
-				return cg, nil, nil
-			}
-			if !errors.Is(err, fs.ErrNotExist) {
+			var err error
+			cg, err = openCgroup(l.Cgroup)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return nil, nil, err
 			}
 			// Gone (removed once empty), or never made: the fallback below
-			// finds what it can.
+			// finds what it can. Where it is there, the fallback still
+			// finds what moved itself out of it (root may).
 		}
 	}
 	if foreignProc() {
+		if cg != nil {
+			return cg, nil, nil
+		}
 		return nil, nil, errors.New("supervisor: cannot look for a dead holder's processes: /proc is another pid namespace's (mount a /proc of this one: unshare --mount-proc)")
 	}
 	marker := l.Marker
@@ -179,7 +190,7 @@ func findLeftovers(l store.Leftover, log hclog.Logger) (*cgroup, func() ([]proc,
 		}
 		return live, nil
 	}
-	return nil, members, nil
+	return cg, members, nil
 }
 
 // validMarker reports whether m is a marker in the exact form fencerun
