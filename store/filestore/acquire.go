@@ -295,11 +295,11 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 	// it reads as a live waiter's, ours: the waiter behind us sleeps on its
 	// lock and, woken when it goes, on live. Release waits for it (S8).
 	left := make(chan struct{})
-	if e := a.entry; e != nil {
+	if e, remove := a.entry, removeOwnEntry; e != nil {
 		a.entry = nil
 		go func() {
 			defer close(left)
-			e.remove()
+			remove(e)
 		}()
 	} else {
 		close(left)
@@ -397,6 +397,10 @@ type ownEntry struct {
 	fd   int
 	ino  uint64
 }
+
+// removeOwnEntry is how take removes a new holder's entry in the
+// background; a test holds it back.
+var removeOwnEntry = (*ownEntry).remove
 
 // remove unlinks the entry and then drops its lock, in that order, so that
 // nobody sees it unlocked and takes it for a dead waiter's meanwhile.

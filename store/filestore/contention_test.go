@@ -287,3 +287,58 @@ func TestTheNewHoldersEntryIsNeitherShownNorReused(t *testing.T) {
 	mustRelease(t, l)
 	mustRelease(t, <-third)
 }
+
+// A new holder removes its queue entry in the background (take); until it
+// is gone, status must not list the holder as a waiter of its own key, and
+// must still list the waiter behind it (here in the same process, as a
+// holder's command running `fencerun status` would not be).
+func TestNewHolderIsNotListedAsItsOwnWaiter(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	first := mustAcquire(t, s, "k", claim("first"))
+	// Set before the waiters start, restored after the last took the lease.
+	held := make(chan struct{})
+	removeOwnEntry = func(e *ownEntry) {
+		<-held
+		e.remove()
+	}
+	acquired := make(chan store.Lease, 2)
+	wait := func(name string) {
+		c := claim(name)
+		c.Wait = true
+		go func() {
+			l, _, err := s.Acquire(ctx, "k", c)
+			if err != nil {
+				t.Errorf("Acquire(%s): %v", name, err)
+			}
+			acquired <- l
+		}()
+	}
+	wait("second")
+	waitWaiters(t, s, "k", 1)
+	wait("third")
+	waitWaiters(t, s, "k", 2)
+
+	mustRelease(t, first)
+	second := <-acquired
+	if second == nil {
+		close(held)
+		<-acquired
+		removeOwnEntry = (*ownEntry).remove
+		t.FailNow()
+	}
+	st := mustStatus(t, s, "k")
+	if st.State != store.Held || st.Holder.Name != "second" || len(st.Waiters) != 1 || st.Waiters[0].Name != "third" {
+		t.Errorf("status while the new holder's entry is still there: %+v, waiters %+v; want second holding, third waiting", st, st.Waiters)
+	}
+	if all, err := s.List(ctx); err != nil || len(all) != 1 || len(all[0].Waiters) != 1 {
+		t.Errorf("List while the new holder's entry is still there: %+v, %v; want one waiter", all, err)
+	}
+	close(held)
+	mustRelease(t, second)
+	third := <-acquired
+	removeOwnEntry = (*ownEntry).remove
+	if third != nil {
+		mustRelease(t, third)
+	}
+}
