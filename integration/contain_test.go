@@ -149,8 +149,14 @@ func killHolderLeavingKinds(t *testing.T, s *sandbox, cg *testCgroup, key, mode 
 // start and that write, only the marker and the cgroup are.)
 func (s *sandbox) waitRecorded(t *testing.T, key string) {
 	t.Helper()
+	waitRecordedIn(t, s.state, key)
+}
+
+// waitRecordedIn is waitRecorded for the store at state.
+func waitRecordedIn(t *testing.T, state, key string) {
+	t.Helper()
 	if err := waitFor(func() bool {
-		out, _ := fencerun(s.state, "status", key, "--json").Output()
+		out, _ := fencerun(state, "status", key, "--json").Output()
 		var st struct {
 			Holder *struct {
 				CommandPID int `json:"command_pid"`

@@ -473,6 +473,12 @@ func TestLeftoversOfAnotherMemberAreNotStartedBeside(t *testing.T) {
 		left = readPids(filepath.Join(work, "pids"))
 	}
 	t.Cleanup(func() { syscall.Kill(left[0], syscall.SIGKILL) })
+	// Without a cgroup, alice's process group is recorded just after her
+	// command starts. Killed before that write, her wrapper leaves only its
+	// marker, which bob cannot read in her processes' environment: he finds
+	// nothing and starts (README, "Without a cgroup"). That moment is not
+	// what this test is about: kill her wrapper once the group is recorded.
+	waitRecordedIn(t, storeDir, "k")
 	holder.Process.Kill()
 	holder.Wait()
 
