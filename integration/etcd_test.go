@@ -648,3 +648,37 @@ func TestEtcdForgedLeftoverRecordKillsNothingElse(t *testing.T) {
 		t.Errorf("the next holder killed pid %d, a process that was never a holder's, named by a record any etcd client may write", vpid)
 	}
 }
+
+// TestEtcdPruneStopsLeftovers: a SIGKILLed wrapper's tree on a key nobody
+// waits for is stopped by prune on its host once the lease expired, and
+// the key shows the leftovers until then.
+func TestEtcdPruneStopsLeftovers(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	eps := c.Endpoints()
+	dir := t.TempDir()
+	left := filepath.Join(dir, "leftover")
+	h := onEtcd(t, eps, "run", "--key", "pruned", "--ttl", "2", "--", "sh", "-c",
+		"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "+left+".tmp; mv "+left+".tmp "+left+"; exec sleep 1000")
+	startLogged(t, h, dir, "holder")
+	waitFile(t, left)
+	pid := readPids(left)[0]
+	h.Process.Kill()
+	exitOf(t, h)
+	cl := c.Client()
+	waitContenders(t, cl, "pruned", 0) // the lease expired
+	if !alive(pid) {
+		t.Fatal("the leftover died with the wrapper: the test shows nothing")
+	}
+	out, err := onEtcd(t, eps, "status", "--json", "pruned").Output()
+	if err != nil || !strings.Contains(string(out), `"leftovers"`) {
+		t.Errorf("status of a free key with leftovers: %v\n%s", err, out)
+	}
+	out, err = onEtcd(t, eps, "prune", "--json").Output()
+	if err != nil || !strings.Contains(string(out), `"leftovers"`) {
+		t.Errorf("prune --json: %v\n%s", err, out)
+	}
+	waitGone(t, pid)
+	if out, _ := onEtcd(t, eps, "list").Output(); strings.Contains(string(out), "pruned") {
+		t.Errorf("list after prune still shows the key:\n%s", out)
+	}
+}
