@@ -275,11 +275,14 @@ func TestEtcdServerStoppedFenceBeforeExpiry(t *testing.T) {
 	assertDeadBeforeExpiry(t, h, log, pid)
 }
 
-// leader returns the index of the member that leads the cluster.
+// leader returns the index of the member that leads the cluster, as the
+// live members (not in skip) see it.
 func leader(t *testing.T, c *etcdtest.Cluster, cl *clientv3.Client, skip map[int]bool) int {
 	t.Helper()
-	var idx = -1
+	idx := -1
 	err := waitFor(func() bool {
+		ids := map[uint64]int{}
+		var lead uint64
 		for i, m := range c.Members {
 			if skip[i] {
 				continue
@@ -287,15 +290,19 @@ func leader(t *testing.T, c *etcdtest.Cluster, cl *clientv3.Client, skip map[int
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			st, err := cl.Status(ctx, m.Client)
 			cancel()
-			if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
-				idx = i
-				return true
+			if err == nil {
+				ids[st.Header.MemberId] = i
+				if st.Leader != 0 {
+					lead = st.Leader
+				}
 			}
 		}
-		return false
+		i, ok := ids[lead]
+		idx = i
+		return ok
 	})
 	if err != nil {
-		t.Fatal("no leader")
+		t.Fatal("no leader among the live members")
 	}
 	return idx
 }

@@ -101,8 +101,9 @@ func Start(t testing.TB, o Options) *Cluster {
 			"--listen-client-urls", m.Client, "--advertise-client-urls", m.Client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster-token", token, "--initial-cluster-state", "new",
-			// Fast elections, so that leader-loss tests are short.
-			"--heartbeat-interval", "50", "--election-timeout", "500",
+			// Fast elections, so that leader-loss tests are short, but not
+			// so fast that a loaded machine makes leaders flap.
+			"--heartbeat-interval", "100", "--election-timeout", "1000",
 		}
 		if o.QuotaBytes > 0 {
 			m.args = append(m.args, "--quota-backend-bytes", fmt.Sprint(o.QuotaBytes))
