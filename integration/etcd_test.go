@@ -310,8 +310,14 @@ func leader(t *testing.T, c *etcdtest.Cluster, cl *clientv3.Client, skip map[int
 func TestEtcdClusterLosesLeaderThenQuorum(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
 	cl := c.Client()
-	h, log, pid := holdUntilCut(t, c.Endpoints(), "quorum", 4)
+	// A TTL that leaves room for an election (up to twice the election
+	// timeout of 1s) and the client's failover inside the keeper's budget
+	// (TTL less a third of it and the margin).
+	h, log, pid := holdUntilCut(t, c.Endpoints(), "quorum", 6)
 	renewals := func() int { b, _ := os.ReadFile(log); return strings.Count(string(b), "renewed") }
+	if err := waitFor(func() bool { return renewals() > 0 }); err != nil {
+		t.Fatal("no renewal logged")
+	}
 	first := leader(t, c, cl, nil)
 	c.Members[first].Kill()
 	killed := map[int]bool{first: true}
