@@ -634,7 +634,6 @@ func TestEtcdChaos(t *testing.T) {
 // for any service of the host): nothing ties a recorded group or session
 // to the dead holder.
 func TestEtcdForgedLeftoverRecordKillsNothingElse(t *testing.T) {
-	t.Skip("known defect (review): a leftover record put by any etcd client makes the next fencerun on the named host stop any process group there; needs records bound to their holder (see the review report)")
 	c := etcdtest.Start(t, etcdtest.Options{})
 	eps := c.Endpoints()
 	victim := exec.Command("sleep", "1000")

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -54,6 +56,47 @@ func parseLeftover(kv *mvccpb.KeyValue) (leftover, bool) {
 		r.Fence = uint64(kv.CreateRevision)
 	}
 	return r, true
+}
+
+// bound is r as far as this host can tie it to a fencerun holder. Anyone
+// who may write the cluster's side keys can put a leftover record, so a
+// record of this host is not taken at its word: its process group and
+// session count only while their leader carries the record's marker in its
+// environment (as every command fencerun starts does), and its cgroup only
+// when it is one fencerun made (named fencerun-*). What is dropped is not
+// stopped; the marker scan still finds the tree's processes that carry it.
+func bound(r leftover, host string) leftover {
+	if r.Host != host {
+		return r // not ours to act on; nobody here will
+	}
+	if r.Group.ID != 0 && !carries(r.Group.ID, r.Marker) {
+		r.Group = store.ProcessID{}
+	}
+	if r.Session.ID != 0 && !carries(r.Session.ID, r.Marker) {
+		r.Session = store.ProcessID{}
+	}
+	if r.Cgroup != "" && !strings.HasPrefix(filepath.Base(r.Cgroup), "fencerun-") {
+		r.Cgroup = ""
+	}
+	return r
+}
+
+// carries says whether process pid has marker in its environment. One
+// whose environment cannot be read (gone, or another user's) does not.
+func carries(pid int, marker string) bool {
+	if marker == "" {
+		return false
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return false
+	}
+	for _, kv := range strings.Split(string(env), "\x00") {
+		if kv == marker {
+			return true
+		}
+	}
+	return false
 }
 
 // Acquire takes the lease on key (see store.Store): a new etcd lease, and
@@ -306,6 +349,7 @@ func predecessor(records []*mvccpb.KeyValue, own, host string) (*store.Holder, [
 		if string(kv.Key) == own || !ok {
 			continue
 		}
+		r = bound(r, host)
 		if r.Host == host {
 			keys = append(keys, string(kv.Key))
 		}

@@ -83,7 +83,7 @@ func (s *Store) leftovers(ctx context.Context, st *store.Status, holder string) 
 	}
 	for _, kv := range resp.Kvs {
 		if r, ok := parseLeftover(kv); ok && string(kv.Key) != holder {
-			st.Leftovers = append(st.Leftovers, r.tree())
+			st.Leftovers = append(st.Leftovers, bound(r, s.host).tree())
 		}
 	}
 	return nil
