@@ -170,12 +170,13 @@ func readLog(t *testing.T, s *sandbox, log string) string {
 }
 
 // SIGHUP and SIGINT the caller ignored (nohup, an empty trap) stay ignored for
-// the command, as SIGTSTP does; fencerun does not catch them, so does not
-// forward them either.
+// the command, as the job-control signals do (all three ignored: fencerun
+// then catches none of them); fencerun does not catch SIGHUP and SIGINT,
+// so does not forward them either.
 func TestIgnoredSignalsStayIgnored(t *testing.T) {
 	t.Parallel()
 	s := newSandbox(t)
-	c := s.shell("ign", `trap '' HUP INT TSTP; exec fencerun run --key ign -- grep SigIgn /proc/self/status`)
+	c := s.shell("ign", `trap '' HUP INT TSTP TTIN TTOU; exec fencerun run --key ign -- grep SigIgn /proc/self/status`)
 	if code := exitOf(t, s.start(c)); code != 0 {
 		t.Fatalf("exit %d, want 0:\n%s", code, readLog(t, s, "ign"))
 	}
@@ -185,7 +186,7 @@ func TestIgnoredSignalsStayIgnored(t *testing.T) {
 			mask, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
 		}
 	}
-	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGTSTP} {
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU} {
 		if mask&(1<<(sig-1)) == 0 {
 			t.Errorf("%v is not ignored by the command (SigIgn %016x)", sig, mask)
 		}

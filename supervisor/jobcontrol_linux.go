@@ -92,7 +92,9 @@ func (p *Process) subscribe() {
 		}
 	}
 	p.jobSigs = make(chan os.Signal, len(jobSignals))
-	signal.Notify(p.jobSigs, caught...)
+	if len(caught) > 0 { // Notify of no signal would catch every signal
+		signal.Notify(p.jobSigs, caught...)
+	}
 	p.cont = make(chan os.Signal, 1)
 	if !CallerIgnored(syscall.SIGCONT) {
 		signal.Notify(p.cont, syscall.SIGCONT)
