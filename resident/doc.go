@@ -50,9 +50,11 @@
 //     lock file, so it cannot be replaced by rename (that would swap the
 //     locked inode); instead the holder rewrites it in place under an OFD
 //     write lock (F_OFD_SETLK) and readers read under an OFD read lock. On
-//     Linux these byte-range locks do not interact with flock. The rewrite is
-//     one pwrite, padded with blanks to the old length, then an ftruncate, so
-//     even a holder killed between the two leaves valid JSON.
+//     Linux these byte-range locks do not interact with flock. The file is
+//     two checksummed slots (internal/slots): a write is one pwrite into the
+//     older slot, so a holder killed in the middle of one, or a power cut
+//     tearing its page, leaves the payload before it readable; a release is
+//     an empty slot.
 //   - Fencing tokens (S4) come from the fence file, written atomically
 //     (temp, fsync, rename, directory fsync) before the payload announces
 //     them, so a crash between the two loses a token that was never handed
