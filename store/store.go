@@ -260,6 +260,12 @@ type Leftover struct {
 	Cgroup    string    `json:"cgroup,omitempty"`
 	Group     ProcessID `json:"group,omitzero"`
 	Session   ProcessID `json:"session,omitzero"`
+	// Shared, set by the backend that read the record (never stored),
+	// says that someone other than the reader's uid and root may have
+	// written it: a group store's member, any client of an etcd cluster.
+	// Its Group and Session are then never acted on (see package
+	// supervisor): they could name any process of the host.
+	Shared bool `json:"-"`
 }
 
 // ProcessID names a process, or the process group or session it leads, on

@@ -138,9 +138,10 @@ func CountLeftovers(l store.Leftover) (int, error) {
 }
 
 // findLeftovers opens l's cgroup if it is there, and returns how to read
-// l's processes outside it: those carrying its marker (if validMarker), those of its process group and session (if the
-// ids still name the recorded ones), and their descendants, never this
-// process nor its ancestors.
+// l's processes outside it: those carrying its marker (if validMarker),
+// those of its process group and session (if the ids still name the
+// recorded ones; of a Shared record only those carrying the marker), and
+// their descendants, never this process nor its ancestors.
 func findLeftovers(l store.Leftover, log hclog.Logger) (*cgroup, func() ([]proc, error), error) {
 	if host, _ := os.Hostname(); l.Host != "" && l.Host != host {
 		return nil, nil, fmt.Errorf("%w: %s (dead holder pid %d)", ErrOtherHost, l.Host, l.HolderPID)
@@ -177,14 +178,43 @@ func findLeftovers(l store.Leftover, log hclog.Logger) (*cgroup, func() ([]proc,
 			return nil, err
 		}
 		group, session := leads(procs, l.Group), leads(procs, l.Session)
+		named := func(q proc) bool { return group(q, q.pgid) || session(q, q.sid) }
 		var live []proc
-		for _, q := range closure(procs, func(q proc) bool {
+		if !l.Shared {
+			for _, q := range closure(procs, func(q proc) bool {
+				return !q.dead() && (named(q) || marker != "" && hasEnv(q.pid, marker))
+			}) {
+				if !q.dead() {
+					live = append(live, q)
+				}
+			}
+			return live, nil
+		}
+		// Whoever may write a shared store's records (a group store's
+		// member, any etcd client) could name any process group or
+		// session of the host: there a process is of the tree only if it
+		// carries the marker. One of the named group or session whose
+		// environment cannot be read is reported, never signalled.
+		var unreadable []int
+		found := closure(procs, func(q proc) bool {
 			if q.dead() {
 				return false
 			}
-			return group(q, q.pgid) || session(q, q.sid) || marker != "" && hasEnv(q.pid, marker)
-		}) {
+			has, readable := readEnv(q.pid, marker)
+			if !readable && named(q) {
+				unreadable = append(unreadable, q.pid)
+			}
+			return marker != "" && has
+		})
+		for _, q := range found {
 			if !q.dead() {
+				live = append(live, q)
+			}
+		}
+		for _, pid := range unreadable {
+			if _, ok := found[pid]; !ok {
+				q := procs[pid]
+				q.unverified = true
 				live = append(live, q)
 			}
 		}

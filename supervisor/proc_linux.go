@@ -19,6 +19,10 @@ type proc struct {
 	pid, ppid, pgid, sid int
 	state                byte
 	start                uint64
+	// unverified: found only by a shared store's record naming its group
+	// or session, and its environment cannot be read to check the marker:
+	// never signalled, reported as not stopped (see findLeftovers).
+	unverified bool
 }
 
 func (q proc) dead() bool { return q.state == 'Z' || q.state == 'X' || q.state == 'x' }
@@ -169,9 +173,18 @@ func descendants() (map[int]proc, error) {
 // exactly. Environments that cannot be read (another user's, a zombie's,
 // a kernel thread's) hold nothing.
 func hasEnv(pid int, entry string) bool {
+	found, _ := readEnv(pid, entry)
+	return found
+}
+
+// readEnv is hasEnv, and whether the environment could be read at all.
+func readEnv(pid int, entry string) (found, readable bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil || len(b) == 0 {
-		return false
+	if err != nil {
+		return false, false
+	}
+	if len(b) == 0 || entry == "" {
+		return false, true
 	}
 	want := []byte(entry)
 	for len(b) > 0 {
@@ -182,10 +195,10 @@ func hasEnv(pid int, entry string) bool {
 			b = nil
 		}
 		if bytes.Equal(e, want) {
-			return true
+			return true, true
 		}
 	}
-	return false
+	return false, true
 }
 
 // closure returns the processes of procs for which seed holds, and all

@@ -193,6 +193,11 @@ func (s *sweep) runCgroup(timer fence.Timer) error {
 // sweep is woken by cgroup.events alone.
 const maxTracked = 256
 
+// errUnverified: a process that a shared store's record names by its group
+// or session, whose environment this process cannot read to find the
+// record's marker in it.
+var errUnverified = errors.New("named by a shared store's record, and its environment cannot be read to check that it is of the dead holder's tree")
+
 func (s *sweep) runProcs(timer fence.Timer) error {
 	tracked := map[procKey]int{} // pidfds of the processes waited for
 	defer func() {
@@ -245,9 +250,12 @@ func (s *sweep) runProcs(timer fence.Timer) error {
 			}
 			k := procKey{q.pid, q.start}
 			var err error
-			if fd, ok := tracked[k]; ok {
+			switch fd, ok := tracked[k]; {
+			case q.unverified:
+				err = errUnverified
+			case ok:
 				err = sendSignal(fd, sig)
-			} else {
+			default:
 				err = signalProc(q, sig)
 			}
 			if err != nil {

@@ -42,7 +42,7 @@ type leftover struct {
 }
 
 func (r leftover) tree() store.Leftover {
-	return store.Leftover{HolderPID: r.PID, Host: r.Host, Marker: r.Marker, Cgroup: r.Cgroup, Group: r.Group, Session: r.Session}
+	return store.Leftover{HolderPID: r.PID, Host: r.Host, Marker: r.Marker, Cgroup: r.Cgroup, Group: r.Group, Session: r.Session, Shared: true}
 }
 
 // parseLeftover reads a leftover record; one that names no tree is none.

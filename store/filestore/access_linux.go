@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,20 @@ func (a access) dirMode() uint32 {
 		return 0o2770
 	}
 	return 0o700
+}
+
+// mark returns trees read from this store's records, marked Shared in a
+// group store, whose every member may write them (see store.Leftover). A
+// private store's are not: only its owner (the caller) and root write it.
+func (a access) mark(trees []store.Leftover) []store.Leftover {
+	if !a.shared {
+		return trees
+	}
+	out := slices.Clone(trees)
+	for i := range out {
+		out[i].Shared = true
+	}
+	return out
 }
 
 // rootAccess tells the kind of the state root open as fd from its owner
