@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -58,15 +59,33 @@ func (a access) dirMode() uint32 {
 // mark returns trees read from this store's records, marked Shared in a
 // group store, whose every member may write them (see store.Leftover). A
 // private store's are not: only its owner (the caller) and root write it.
-func (a access) mark(trees []store.Leftover) []store.Leftover {
-	if !a.shared {
+// In a group store a marker is kept only if it names a tick socket of
+// this store's ticks directory: tick socket paths are public
+// (/proc/net/unix), and a member must not name another store's tree.
+func (s *Store) mark(trees []store.Leftover) []store.Leftover {
+	if !s.access.shared {
 		return trees
 	}
 	out := slices.Clone(trees)
 	for i := range out {
 		out[i].Shared = true
+		addr, _ := strings.CutPrefix(out[i].Marker, fence.TickMarker(""))
+		if !s.ownTicks(filepath.Dir(addr)) {
+			out[i].Marker = ""
+		}
 	}
 	return out
+}
+
+// ownTicks says whether d is this store's ticks directory, as spelled by
+// this process or by another that reached the root through a symlink.
+func (s *Store) ownTicks(d string) bool {
+	own := filepath.Join(s.real, ticksDir)
+	if d == filepath.Join(s.root, ticksDir) || d == own {
+		return true
+	}
+	r, err := filepath.EvalSymlinks(d)
+	return err == nil && r == own
 }
 
 // rootAccess tells the kind of the state root open as fd from its owner

@@ -322,7 +322,7 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 		term:    term,
 		version: next.Version,
 		cgroup:  a.claim.Cgroup != "",
-		pred:    predecessor(pred, rec.Fence, a.s.access.mark(leftovers)),
+		pred:    predecessor(pred, rec.Fence, a.s.mark(leftovers)),
 		changes: make(chan struct{}, 1),
 		left:    left,
 	}

@@ -74,7 +74,7 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 	if !held {
 		// A record whose holder died is as good as free: the next
 		// Acquire takes it over at once, and stops what it left.
-		st.Leftovers = s.access.mark(rec.trees())
+		st.Leftovers = s.mark(rec.trees())
 		return st, nil
 	}
 	st.State = store.Held
