@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -171,6 +172,38 @@ func createCgroup(path string) (*cgroup, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// treeXattr binds a cgroup to the run that made it: fencerun sets it, when
+// it creates a command's cgroup, to the SHA-256 of the run's marker. A
+// record of a shared store (store.Leftover.Shared), which users less
+// trusted than the stopper may have written, directs signals at a cgroup
+// only where the record's marker hashes to this value. The backend keeps a
+// shared record's marker only if it is of that store's own tick channel,
+// so a member cannot name the cgroup of another store's run, such as a
+// root job of root's private store; only root (or a delegated owner) can
+// set the attribute on a cgroup it made.
+const treeXattr = "user.fencerun.tree"
+
+func markerDigest(marker string) string {
+	sum := sha256.Sum256([]byte(marker))
+	return hex.EncodeToString(sum[:])
+}
+
+// bindCgroup ties the cgroup at path to marker (see treeXattr).
+func bindCgroup(path, marker string) error {
+	return unix.Setxattr(path, treeXattr, []byte(markerDigest(marker)), 0)
+}
+
+// boundTo reports whether the cgroup at path was made for the run that
+// marker names.
+func boundTo(path, marker string) bool {
+	if marker == "" {
+		return false
+	}
+	buf := make([]byte, 2*sha256.Size)
+	n, err := unix.Getxattr(path, treeXattr, buf)
+	return err == nil && string(buf[:n]) == markerDigest(marker)
 }
 
 // openCgroup opens an existing cgroup; fs.ErrNotExist when it is gone.

@@ -202,3 +202,41 @@ func TestLeftoverOutsideItsCgroupIsStopped(t *testing.T) {
 		t.Errorf("the dead holder's cgroup is still there: %v", err)
 	}
 }
+
+// S9: a shared store's record (a group store's, etcd's) may name only the
+// cgroup its own run made. A member who writes another run's cgroup path
+// into a record, say a root job of root's private store, with a marker of
+// the member's own store, gets nothing of it stopped; the run's own marker
+// reaches it.
+func TestSharedRecordNamesOnlyItsOwnRunsCgroup(t *testing.T) {
+	h := hierarchy(t)
+	e := newEnv(t)
+	path := h.NewPath()
+	p, err := Start(Config{Argv: []string{"sh", "-c", `echo $$ > $INBOX; exec sleep 1000`},
+		Env: e.env, Marker: e.marker, Grace: 100 * time.Millisecond, Cgroup: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := e.inbox.nextPid(t)
+	t.Cleanup(func() { p.Stop(0); wait(t, p) })
+	host, _ := os.Hostname()
+	other := "FENCERUN_TICK=/elsewhere/ticks/t-" + strings.Repeat("ab", 16)
+	if !validMarker(other) {
+		t.Fatalf("%q is not in the tick channel's form: the scenario did not happen", other)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	forged := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: other, Shared: true}
+	if n, err := StopLeftovers(ctx, forged, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 0 {
+		t.Errorf("a forged shared record: found %d, %v; want 0, nil", n, err)
+	}
+	if cur, err := readProc(victim.pid); err != nil || cur.start != victim.start || cur.dead() {
+		t.Fatalf("a shared record naming another run's cgroup stopped pid %d", victim.pid)
+	}
+	own := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: e.marker, Shared: true}
+	if n, err := StopLeftovers(ctx, own, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n == 0 {
+		t.Errorf("the run's own shared record: found %d, %v; want its process stopped", n, err)
+	}
+	wait(t, p)
+	requireGone(t, victim, false)
+}

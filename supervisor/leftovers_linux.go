@@ -146,10 +146,21 @@ func findLeftovers(l store.Leftover, log hclog.Logger) (*cgroup, func() ([]proc,
 	if host, _ := os.Hostname(); l.Host != "" && l.Host != host {
 		return nil, nil, fmt.Errorf("%w: %s (dead holder pid %d)", ErrOtherHost, l.Host, l.HolderPID)
 	}
+	marker := l.Marker
+	if marker != "" && !validMarker(marker) {
+		log.Warn("ignoring a marker of a record that fencerun never gives out", "holder_pid", l.HolderPID)
+		marker = ""
+	}
 	var cg *cgroup
 	if l.Cgroup != "" {
 		if err := validCgroup(l.Cgroup); err != nil {
 			log.Warn("ignoring the cgroup of a record", "error", err)
+		} else if l.Shared && !boundTo(l.Cgroup, marker) {
+			// A shared store's record may name only the cgroup of its own
+			// run (see treeXattr); one that is gone is nothing to stop.
+			if _, err := os.Stat(l.Cgroup); err == nil {
+				log.Warn("ignoring a cgroup that a shared store's record names but its run did not make", "cgroup", l.Cgroup, "holder_pid", l.HolderPID)
+			}
 		} else {
 			var err error
 			cg, err = openCgroup(l.Cgroup)
@@ -166,11 +177,6 @@ func findLeftovers(l store.Leftover, log hclog.Logger) (*cgroup, func() ([]proc,
 			return cg, nil, nil
 		}
 		return nil, nil, errors.New("supervisor: cannot look for a dead holder's processes: /proc is another pid namespace's (mount a /proc of this one: unshare --mount-proc)")
-	}
-	marker := l.Marker
-	if marker != "" && !validMarker(marker) {
-		log.Warn("ignoring a marker of a record that fencerun never gives out", "holder_pid", l.HolderPID)
-		marker = ""
 	}
 	members := func() ([]proc, error) {
 		procs, err := readProcs()

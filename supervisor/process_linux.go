@@ -169,6 +169,11 @@ func Start(cfg Config) (*Process, error) {
 			unix.Close(p.wake)
 			return nil, err
 		}
+		if cfg.Marker != "" {
+			if err := bindCgroup(cfg.Cgroup, cfg.Marker); err != nil {
+				p.log.Debug("could not bind the cgroup to this run; a shared store's next holder will not trust it", "error", err)
+			}
+		}
 		// clone3 with CLONE_INTO_CGROUP: not one instruction of the
 		// command runs outside its cgroup.
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, p.cg.fd
