@@ -407,9 +407,15 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 		withdrawRequest(a.p.handover, a.reqID)
 	}
 	// A request left behind (for an earlier holder) or already sent for
-	// this one: let the keeper's Check judge it.
+	// this one: let the keeper's Check judge it. The watch may have
+	// filled the one-slot channel already; changes coalesce, and a send
+	// that waited here for a reader that only comes after Acquire
+	// returns would never end.
 	if _, err := os.Lstat(a.p.handover); err == nil {
-		changes <- struct{}{}
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
 	}
 	go r.watchPath()
 	r.log.Debug("took the role", "pid", a.pid)
