@@ -241,19 +241,9 @@ func (h *harness) handoffOnce(t *tool, l lockSpec) (float64, error) {
 			return 0, err
 		}
 	}
-	if err := mkfifo(fifo); err != nil {
-		return 0, err
-	}
-	holder, err := h.start(t.argv(l, "sh", "-c", `read x < "$1"; exec "$2" "$3"`, "sh", fifo, h.stamp, exitStamp))
+	holder, w, err := h.startFIFOHolder(t, l, fifo, exitStamp)
 	if err != nil {
 		return 0, err
-	}
-	// The open returns once the holder's command has the fifo open: it runs,
-	// so its wrapper holds the lock.
-	w, err := openFIFO(fifo, os.O_WRONLY, holder.done, h.cfg.Guard)
-	if err != nil {
-		holder.kill()
-		return 0, fmt.Errorf("holder's command did not start: %w%s", err, holder.stderrTail())
 	}
 	waiter, err := h.start(t.argv(l, h.stamp, startStamp))
 	if err != nil {
@@ -400,17 +390,9 @@ func (h *harness) drainOnce(t *tool, l lockSpec) (float64, error) {
 	fifo := filepath.Join(l.files, "go")
 	exitStamp := filepath.Join(l.files, "t_exit")
 	_ = os.Remove(exitStamp)
-	if err := mkfifo(fifo); err != nil {
-		return 0, err
-	}
-	holder, err := h.start(t.argv(l, "sh", "-c", `read x < "$1"; exec "$2" "$3"`, "sh", fifo, h.stamp, exitStamp))
+	holder, w, err := h.startFIFOHolder(t, l, fifo, exitStamp)
 	if err != nil {
 		return 0, err
-	}
-	w, err := openFIFO(fifo, os.O_WRONLY, holder.done, h.cfg.Guard)
-	if err != nil {
-		holder.kill()
-		return 0, fmt.Errorf("holder's command did not start: %w%s", err, holder.stderrTail())
 	}
 	waiters := make([]*proc, 0, h.cfg.Drain)
 	stop := func() {
@@ -749,4 +731,24 @@ func thousands(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// startFIFOHolder starts a holder whose command waits to read fifo and
+// then execs the stamp program into exitStamp, and returns it with the
+// fifo's write end: the open returns once the holder's command has the
+// fifo open, so it runs and its wrapper holds the lock.
+func (h *harness) startFIFOHolder(t *tool, l lockSpec, fifo, exitStamp string) (*proc, *os.File, error) {
+	if err := mkfifo(fifo); err != nil {
+		return nil, nil, err
+	}
+	holder, err := h.start(t.argv(l, "sh", "-c", `read x < "$1"; exec "$2" "$3"`, "sh", fifo, h.stamp, exitStamp))
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := openFIFO(fifo, os.O_WRONLY, holder.done, h.cfg.Guard)
+	if err != nil {
+		holder.kill()
+		return nil, nil, fmt.Errorf("holder's command did not start: %w%s", err, holder.stderrTail())
+	}
+	return holder, w, nil
 }
