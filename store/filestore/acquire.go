@@ -15,12 +15,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/internal/stamps"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
 // Acquire takes the lease on key (see store.Store). The new fence is
-// durably reserved before Acquire returns (fences.go). A record whose holder is dead
+// durably reserved before Acquire returns (internal/fences). A record whose holder is dead
 // (its live lock is free) is taken over at once, and the dead holder is the
 // new Lease's Predecessor; a record whose holder is alive is never taken,
 // even past its expiry.
@@ -49,7 +50,7 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	a := &acquirer{s: s, key: key, kd: kd, claim: claim}
 	l, holder, err := a.acquire(ctx, g)
 	if l == nil {
-		kd.close()
+		kd.Close()
 		return nil, holder, err
 	}
 	return l, nil, nil
@@ -115,7 +116,7 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 		}
 		if err == nil {
 			var g int
-			if g, err = lockFile(ctx, a.kd, guardFile, true, unix.LOCK_EX); err == nil {
+			if g, err = a.kd.LockFile(ctx, guardFile, true, unix.LOCK_EX); err == nil {
 				l, b, err = a.attempt()
 				unix.Close(g)
 			}
@@ -134,7 +135,7 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 // it is gone), or ctx ends. It takes LOCK_SH, which probes (LOCK_SH|NB)
 // never conflict with, and drops it at once.
 func waitUnlocked(ctx context.Context, d dir, name string) error {
-	fd, err := lockFile(ctx, d, name, false, unix.LOCK_SH)
+	fd, err := d.LockFile(ctx, name, false, unix.LOCK_SH)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -165,7 +166,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 			}
 		}
 		if pos < 0 {
-			return nil, busy{}, fmt.Errorf("filestore: queue entry %s was removed by someone else while waiting", a.entry.qd.join(a.entry.name))
+			return nil, busy{}, fmt.Errorf("filestore: queue entry %s was removed by someone else while waiting", a.entry.qd.Join(a.entry.name))
 		}
 		ahead = q[:pos]
 	}
@@ -179,7 +180,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 			a.last = n
 		}
 	}
-	live, err := openFile(a.kd, liveFile, unix.O_RDONLY|unix.O_CREAT)
+	live, err := a.kd.OpenFile(liveFile, unix.O_RDONLY|unix.O_CREAT)
 	if err != nil {
 		return nil, busy{}, err
 	}
@@ -190,7 +191,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 		free = false
 	default:
 		unix.Close(live)
-		return nil, busy{}, fmt.Errorf("filestore: lock %s: %w", a.kd.join(liveFile), err)
+		return nil, busy{}, fmt.Errorf("filestore: lock %s: %w", a.kd.Join(liveFile), err)
 	}
 	if free && len(ahead) == 0 {
 		c, moved, err := a.s.claim(a.key)
@@ -226,7 +227,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 // take writes the record that makes us the holder over rec (read as cur)
 // and returns the Lease. live is open and locked, c is our claim on the
 // key (claim_linux.go); the caller holds the guard.
-func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*Lease, error) {
+func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.Claim) (*Lease, error) {
 	stamps.Mark("take")
 	token, err := newToken()
 	if err != nil {
@@ -236,7 +237,7 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 	}
 	// Listen before writing, so that no revocation or cancel after the
 	// write can miss us.
-	n, err := listenNotify(a.kd, a.kd.fileMode())
+	n, err := listenNotify(a.kd, a.kd.FileMode())
 	if err != nil {
 		c.Release()
 		unix.Close(live)
@@ -281,7 +282,7 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 		next.Holder.Entry = a.entry.name
 	}
 	// The fence is durable in its reservation; the record need not be
-	// (fences.go): one write in place.
+	// (internal/fences): one write in place.
 	if err := writeRecord(a.kd, cur, &next); err != nil {
 		n.stop(false)
 		c.Release()
@@ -305,10 +306,10 @@ func (a *acquirer) take(rec record, cur slotted, live int, c *unixsock.Claim) (*
 		close(left)
 	}
 	if rec.Holder != nil && isNotifyName(rec.Holder.Notify) {
-		unixsock.Remove(a.kd.fd, rec.Holder.Notify) // the dead holder's socket
+		unixsock.Remove(a.kd.FD, rec.Holder.Notify) // the dead holder's socket
 	}
-	if err := unix.Unlinkat(a.kd.fd, cancelFile, 0); err != nil && err != unix.ENOENT {
-		a.s.log.Warn("cannot remove an old cancel request", "path", a.kd.join(cancelFile), "error", err)
+	if err := unix.Unlinkat(a.kd.FD, cancelFile, 0); err != nil && err != unix.ENOENT {
+		a.s.log.Warn("cannot remove an old cancel request", "path", a.kd.Join(cancelFile), "error", err)
 	}
 	l := &Lease{
 		s:       a.s,
@@ -350,7 +351,7 @@ func newToken() (string, error) {
 // enqueue appends our entry to the queue, locked before it becomes
 // visible. The caller holds the guard exclusively.
 func (a *acquirer) enqueue() error {
-	qd, err := openDir(a.kd, queueDir, true)
+	qd, err := a.kd.OpenDir(queueDir, true)
 	if err != nil {
 		return err
 	}
@@ -362,20 +363,20 @@ func (a *acquirer) enqueue() error {
 		// it is written under a name that did not exist, which no file
 		// system flushes on rename, and an empty entry left by a power cut
 		// would read as corrupt. It is written long before any handoff.
-		fd, err := writeAtomic(qd, name, data, writeOpts{locked: true, noReplace: true, durable: true})
+		fd, err := qd.WriteAtomic(name, data, statefs.WriteOpts{Locked: true, NoReplace: true, Durable: true})
 		if errors.Is(err, unix.EEXIST) && seq < a.last+100 {
 			continue // an entry we did not list; take the next number
 		}
 		if err != nil {
-			qd.close()
+			qd.Close()
 			return err
 		}
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			unix.Close(fd)
-			unix.Unlinkat(qd.fd, name, 0)
-			qd.close()
-			return fmt.Errorf("filestore: stat %s: %w", qd.join(name), err)
+			unix.Unlinkat(qd.FD, name, 0)
+			qd.Close()
+			return fmt.Errorf("filestore: stat %s: %w", qd.Join(name), err)
 		}
 		a.entry = &ownEntry{qd: qd, name: name, fd: fd, ino: st.Ino}
 		return nil
@@ -406,11 +407,11 @@ var removeOwnEntry = (*ownEntry).remove
 // nobody sees it unlocked and takes it for a dead waiter's meanwhile.
 func (e *ownEntry) remove() {
 	var st unix.Stat_t
-	if unix.Fstatat(e.qd.fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Ino == e.ino {
-		unix.Unlinkat(e.qd.fd, e.name, 0)
+	if unix.Fstatat(e.qd.FD, e.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Ino == e.ino {
+		unix.Unlinkat(e.qd.FD, e.name, 0)
 	}
 	unix.Close(e.fd)
-	e.qd.close()
+	e.qd.Close()
 }
 
 // queued is a live waiter's entry.
@@ -444,26 +445,26 @@ func parseSeq(name string) (uint64, bool) {
 // to removed. A garbage entry or a name that is not an entry is corrupt
 // state; a symlink is unsafe.
 func (s *Store) readQueue(kd dir, removeDead bool, removed func(path string)) ([]queued, error) {
-	qd, err := openDir(kd, queueDir, false)
+	qd, err := kd.OpenDir(queueDir, false)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer qd.close()
-	names, err := listDir(qd)
+	defer qd.Close()
+	names, err := qd.List()
 	if err != nil {
 		return nil, err
 	}
 	var q []queued
 	for _, name := range names {
-		if len(name) > len(tempPrefix) && name[:len(tempPrefix)] == tempPrefix {
+		if len(name) > len(statefs.TempPrefix) && name[:len(statefs.TempPrefix)] == statefs.TempPrefix {
 			continue
 		}
 		seq, ok := parseSeq(name)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s is not a queue entry", store.ErrCorrupt, qd.join(name))
+			return nil, fmt.Errorf("%w: %s is not a queue entry", store.ErrCorrupt, qd.Join(name))
 		}
 		e, alive, err := readEntry(qd, name)
 		if errors.Is(err, os.ErrNotExist) {
@@ -474,10 +475,10 @@ func (s *Store) readQueue(kd dir, removeDead bool, removed func(path string)) ([
 		}
 		if !alive {
 			if removeDead {
-				if err := unix.Unlinkat(qd.fd, name, 0); err == nil {
-					s.log.Debug("removed a dead waiter's queue entry", "path", qd.join(name), "pid", e.w.PID)
+				if err := unix.Unlinkat(qd.FD, name, 0); err == nil {
+					s.log.Debug("removed a dead waiter's queue entry", "path", qd.Join(name), "pid", e.w.PID)
 					if removed != nil {
-						removed(qd.join(name))
+						removed(qd.Join(name))
 					}
 				}
 			}
@@ -491,17 +492,17 @@ func (s *Store) readQueue(kd dir, removeDead bool, removed func(path string)) ([
 }
 
 func readEntry(qd dir, name string) (queued, bool, error) {
-	path := qd.join(name)
-	fd, err := openRaw(qd, name, unix.O_RDONLY)
+	path := qd.Join(name)
+	fd, err := qd.OpenRaw(name, unix.O_RDONLY)
 	if err != nil {
 		return queued{}, false, err
 	}
 	defer unix.Close(fd)
-	st, err := checkRegular(fd, path)
+	st, err := qd.CheckFile(fd, name)
 	if err != nil {
 		return queued{}, false, err
 	}
-	data, err := readSized(fd, path, st.Size)
+	data, err := statefs.ReadSized(fd, path, st.Size)
 	if err != nil {
 		return queued{}, false, err
 	}
@@ -509,7 +510,7 @@ func readEntry(qd dir, name string) (queued, bool, error) {
 	if err != nil {
 		return queued{}, false, err
 	}
-	alive, err := probeFD(fd, path)
+	alive, err := statefs.ProbeFD(fd, path)
 	if err != nil {
 		return queued{}, false, err
 	}

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/fences"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -43,8 +44,8 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer kd.close()
-	g, err := lockFile(ctx, kd, guardFile, false, unix.LOCK_SH)
+	defer kd.Close()
+	g, err := kd.LockFile(ctx, guardFile, false, unix.LOCK_SH)
 	switch {
 	case errors.Is(err, fs.ErrNotExist): // never mutated: nothing to exclude
 	case err != nil:
@@ -56,7 +57,7 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	held, err := probeLock(kd, liveFile)
+	held, err := kd.ProbeLock(liveFile)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +87,7 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 		st.State = store.Expired
 	}
 	if rec.held() {
-		if data, err := readFile(kd, cancelFile); err == nil {
+		if data, err := kd.ReadFile(cancelFile); err == nil {
 			fence, ok := parseCancel(data)
 			st.Holder.Cancel = ok && fence == rec.Fence
 		}
@@ -150,15 +151,15 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer kd.close()
+	defer kd.Close()
 	cleared := false
-	g, err := lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
+	g, err := kd.LockFile(ctx, guardFile, true, unix.LOCK_EX)
 	if errors.Is(err, store.ErrCorrupt) {
-		if err := clearJunk(kd, guardFile); err != nil {
+		if err := kd.ClearJunk(guardFile); err != nil {
 			return false, err
 		}
 		cleared = true
-		g, err = lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
+		g, err = kd.LockFile(ctx, guardFile, true, unix.LOCK_EX)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil // pruned as we opened it: free
@@ -167,9 +168,9 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	defer unix.Close(g)
-	if err := clearJunk(kd, liveFile); err == nil {
+	if err := kd.ClearJunk(liveFile); err == nil {
 		cleared = true
-	} else if !errors.Is(err, errNoJunk) {
+	} else if !errors.Is(err, statefs.ErrNoJunk) {
 		return false, err
 	}
 	n, err := s.clearQueue(kd)
@@ -184,23 +185,23 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	}
 	// A reservation that cannot be read stops every acquisition in the
 	// store; any key's release --force clears it.
-	repaired, ferr := s.repairFences(salvage(cur.raw, "fence"))
+	repaired, ferr := s.repairFences(statefs.Salvage(cur.Raw, "fence"))
 	if ferr != nil {
 		return false, ferr
 	}
 	cleared = cleared || repaired
 	if errors.Is(err, store.ErrCorrupt) {
-		if err := clearJunk(kd, leaseFile); err != nil && !errors.Is(err, errNoJunk) {
+		if err := kd.ClearJunk(leaseFile); err != nil && !errors.Is(err, statefs.ErrNoJunk) {
 			return false, err
 		}
 		// The fence kept is only shown: the next holder's comes from the
 		// store's counter, above every fence the store ever handed out.
-		fence := min(salvage(cur.raw, "fence"), maxFence-2*fenceBlock)
-		fresh := record{Fence: fence, Version: salvage(cur.raw, "version") + 1, Revoked: true}
-		if err := writeRecord(kd, slotted{}, &fresh); err != nil {
+		fence := min(statefs.Salvage(cur.Raw, "fence"), fences.Max-2*fences.Block)
+		fresh := record{Fence: fence, Version: statefs.Salvage(cur.Raw, "version") + 1, Revoked: true}
+		if err := writeRecord(kd, statefs.Slotted{}, &fresh); err != nil {
 			return false, err
 		}
-		poke(kd, salvageNotify(cur.raw), s.log) // a holder may still run under it
+		poke(kd, salvageNotify(cur.Raw), s.log) // a holder may still run under it
 		s.log.Warn("cleared a corrupt lease record", "key", key, "cause", err, "fence", fence)
 		return true, nil
 	}
@@ -219,94 +220,54 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		s.log.Info("revoked", "key", key, "fence", rec.Fence, "pid", rec.Holder.PID)
 		return true, nil
 	case rec.Revoked && rec.Holder != nil:
-		held, err := probeLock(kd, liveFile)
+		held, err := kd.ProbeLock(liveFile)
 		return held || cleared, err
 	}
 	return cleared, nil
 }
 
-var errNoJunk = errors.New("filestore: nothing to clear")
-
-// clearJunk removes what stands where the regular file name belongs in d:
-// an empty directory, a FIFO, a socket, a device. A symlink is refused as
-// unsafe; a regular file or nothing gives errNoJunk.
-func clearJunk(d dir, name string) error {
-	var st unix.Stat_t
-	if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return errNoJunk
-	}
-	var err error
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return errNoJunk
-	case unix.S_IFLNK:
-		return fmt.Errorf("%w: %s is a symlink; remove it by hand after checking who planted it", store.ErrUnsafe, d.join(name))
-	case unix.S_IFDIR:
-		err = unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR)
-	default:
-		err = unix.Unlinkat(d.fd, name, 0)
-	}
-	if err != nil {
-		return fmt.Errorf("filestore: clear %s, which is %s: %w", d.join(name), fileKind(st.Mode), err)
-	}
-	return nil
-}
-
 // clearQueue removes what in a key's queue is not a live waiter's entry:
 // dead waiters' entries and garbage. The caller holds the guard exclusively.
 func (s *Store) clearQueue(kd dir) (int, error) {
-	qd, err := openDir(kd, queueDir, false)
+	qd, err := kd.OpenDir(queueDir, false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	defer qd.close()
-	names, err := listDir(qd)
+	defer qd.Close()
+	names, err := qd.List()
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, name := range names {
-		if strings.HasPrefix(name, tempPrefix) {
+		if strings.HasPrefix(name, statefs.TempPrefix) {
 			continue
 		}
 		_, alive, err := readEntry(qd, name)
 		if _, ok := parseSeq(name); ok && err == nil {
 			if !alive {
-				unix.Unlinkat(qd.fd, name, 0)
+				unix.Unlinkat(qd.FD, name, 0)
 			}
 			continue
 		}
 		if errors.Is(err, store.ErrUnsafe) {
 			return n, err
 		}
-		if err := clearJunk(qd, name); errors.Is(err, errNoJunk) {
-			err = unix.Unlinkat(qd.fd, name, 0)
+		if err := qd.ClearJunk(name); errors.Is(err, statefs.ErrNoJunk) {
+			err = unix.Unlinkat(qd.FD, name, 0)
 			if err != nil && err != unix.ENOENT {
-				return n, fmt.Errorf("filestore: remove %s: %w", qd.join(name), err)
+				return n, fmt.Errorf("filestore: remove %s: %w", qd.Join(name), err)
 			}
 		} else if err != nil {
 			return n, err
 		}
-		s.log.Warn("removed a corrupt queue entry", "path", qd.join(name))
+		s.log.Warn("removed a corrupt queue entry", "path", qd.Join(name))
 		n++
 	}
 	return n, nil
-}
-
-// salvage finds the largest number after "field": in what is left of a
-// corrupt record, so that a fence that is still readable is not reused.
-func salvage(data []byte, field string) uint64 {
-	re := regexp.MustCompile(`"` + regexp.QuoteMeta(field) + `"\s*:\s*([0-9]{1,20})`)
-	var best uint64
-	for _, m := range re.FindAllSubmatch(data, -1) {
-		if n, err := strconv.ParseUint(string(m[1]), 10, 64); err == nil && n > best {
-			best = n
-		}
-	}
-	return best
 }
 
 // notifyRE is compiled when first needed: at package init it cost every
@@ -335,8 +296,8 @@ func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer kd.close()
-	g, err := lockFile(ctx, kd, guardFile, true, unix.LOCK_EX)
+	defer kd.Close()
+	g, err := kd.LockFile(ctx, guardFile, true, unix.LOCK_EX)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil // pruned as we opened it: free
 	}
@@ -348,10 +309,10 @@ func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
 	if err != nil || !rec.held() {
 		return false, err
 	}
-	if held, err := probeLock(kd, liveFile); err != nil || !held {
+	if held, err := kd.ProbeLock(liveFile); err != nil || !held {
 		return false, err
 	}
-	if _, err := writeAtomic(kd, cancelFile, formatCancel(rec.Fence), writeOpts{}); err != nil {
+	if _, err := kd.WriteAtomic(cancelFile, formatCancel(rec.Fence), statefs.WriteOpts{}); err != nil {
 		return false, err
 	}
 	poke(kd, rec.Holder.Notify, s.log)
@@ -394,23 +355,23 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 	if err != nil {
 		return nil, err
 	}
-	defer kd.close()
+	defer kd.Close()
 	defer unix.Close(g)
 	var out []store.Pruned
 	// Under the guard no write is in flight, so every temporary file is a
 	// crashed writer's.
 	sweep := func(d dir) {
-		names, _ := listDir(d)
+		names, _ := d.List()
 		for _, name := range names {
-			if strings.HasPrefix(name, tempPrefix) && unix.Unlinkat(d.fd, name, 0) == nil {
-				out = append(out, store.Pruned{Key: key, What: "temp file", Path: d.join(name)})
+			if strings.HasPrefix(name, statefs.TempPrefix) && unix.Unlinkat(d.FD, name, 0) == nil {
+				out = append(out, store.Pruned{Key: key, What: "temp file", Path: d.Join(name)})
 			}
 		}
 	}
 	sweep(kd)
-	if qd, err := openDir(kd, queueDir, false); err == nil {
+	if qd, err := kd.OpenDir(queueDir, false); err == nil {
 		sweep(qd)
-		qd.close()
+		qd.Close()
 	}
 	rec, cur, err := readRecord(kd)
 	if err != nil {
@@ -422,14 +383,14 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 	if err != nil {
 		return out, err
 	}
-	held, err := probeLock(kd, liveFile)
+	held, err := kd.ProbeLock(liveFile)
 	if err != nil || held {
 		return out, err
 	}
 	if rec.free() && len(q) == 0 {
 		removed, err := s.removeFree(key, kd)
 		if removed {
-			out = append(out, store.Pruned{Key: key, What: "free key", Path: kd.path})
+			out = append(out, store.Pruned{Key: key, What: "free key", Path: kd.Path})
 		}
 		return out, err
 	}
@@ -440,6 +401,6 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 	if err := writeRecord(kd, cur, &free); err != nil {
 		return out, err
 	}
-	out = append(out, store.Pruned{Key: key, What: "expired lease", Path: kd.join(leaseFile)})
+	out = append(out, store.Pruned{Key: key, What: "expired lease", Path: kd.Join(leaseFile)})
 	return out, nil
 }

@@ -173,12 +173,12 @@ func TestProbesNeverMakeAFreeKeyLookBusy(t *testing.T) {
 	s, root := newStore(t)
 	ctx := t.Context()
 	mustRelease(t, mustAcquire(t, s, "k", claim("a")))
-	kd := dir{path: keyPath(root, "k")}
+	kd := dir{Path: keyPath(root, "k")}
 	var err error
-	if kd.fd, err = unix.Open(kd.path, unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
+	if kd.FD, err = unix.Open(kd.Path, unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
 		t.Fatal(err)
 	}
-	defer kd.close()
+	defer kd.Close()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 2 {
@@ -202,11 +202,11 @@ func TestProbesNeverMakeAFreeKeyLookBusy(t *testing.T) {
 	}
 	busy := 0
 	for range 20000 {
-		g, err := lockFile(ctx, kd, guardFile, false, unix.LOCK_EX)
+		g, err := kd.LockFile(ctx, guardFile, false, unix.LOCK_EX)
 		if err != nil {
 			t.Fatal(err)
 		}
-		live, err := openFile(kd, liveFile, unix.O_RDONLY)
+		live, err := kd.OpenFile(liveFile, unix.O_RDONLY)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fencerun/fencerun/internal/slots"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -82,7 +84,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 		write("lease", string(b[:len(b)/2]))(t, kd)
 	}
 	slotted := func(name, data string) func(t *testing.T, kd string) {
-		f, err := wholeFile([]byte(data), 2)
+		f, err := slots.Whole([]byte(data), 2)
 		if err != nil {
 			panic(err)
 		}
@@ -109,7 +111,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 		{"null record", "lease", write("lease", `null`)},
 		{"holder without token", "lease", write("lease", `{"schema":1,"fence":3,"version":6,"holder":{"pid":1}}`)},
 		{"record is a directory", "lease", replaceWithDir("lease")},
-		{"no slot valid", "lease", write("lease", string(make([]byte, 2*minSlotSize)))},
+		{"no slot valid", "lease", write("lease", string(make([]byte, 2*slots.MinSize)))},
 		{"unknown schema in a slot", "lease", slotted("lease", `{"schema":2,"fence":3,"version":6,"holder":null}`)},
 		{"guard is a directory", "guard", replaceWithDir("guard")},
 		{"live is a directory", "live", replaceWithDir("live")},
@@ -337,7 +339,7 @@ func TestFailedWriteNamesThePathAndLeavesNoTemp(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(kd, "cancel")) || !strings.Contains(err.Error(), "directory") {
 		t.Errorf("Cancel: %v; want an error naming %s and the cause", err, filepath.Join(kd, "cancel"))
 	}
-	if temps, _ := filepath.Glob(filepath.Join(kd, tempPrefix+"*")); len(temps) != 0 {
+	if temps, _ := filepath.Glob(filepath.Join(kd, statefs.TempPrefix+"*")); len(temps) != 0 {
 		t.Errorf("temporary files left: %v", temps)
 	}
 	// The holder ignores what it cannot read as a cancel request.
@@ -396,12 +398,12 @@ func TestTokenNeverLeaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := parseSlotted(data, "lease")
+	f, err := statefs.ParseSlotted(data, "lease")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rec record
-	if err := json.Unmarshal(f.data, &rec); err != nil || len(rec.Token) != 32 {
+	if err := json.Unmarshal(f.Data, &rec); err != nil || len(rec.Token) != 32 {
 		t.Fatalf("record %v: %v", rec, err)
 	}
 	var said []string

@@ -15,10 +15,10 @@
 //     comes from one counter per store, exact within a boot, and is handed
 //     out only once a durable reservation (fsync) covers it; after a reboot
 //     the next fence is above the whole reservation, whatever unsynced
-//     writes the crash lost (fences.go).
+//     writes the crash lost (internal/fences).
 //   - Every change of a record happens under the key's guard lock (LOCK_EX)
 //     and is one write in place into the older of two checksummed slots
-//     (slots.go): readers, who hold the guard shared, see the old record or
+//     (internal/statefs): readers, who hold the guard shared, see the old record or
 //     the new one, and a write cut at any byte (a crash, a full disk, a
 //     power cut) leaves the other slot, the record before it, good. Only a
 //     fence reservation, and the first write of a record file, are
@@ -51,7 +51,7 @@
 //     directories 0700), or a group store (group G, mode 2770, owned by root
 //     or a member of G: files 0660, directories 2770, modes set explicitly),
 //     and no ancestor of it is writable by another user unless sticky with
-//     our entry ours or root's (access_linux.go). Descriptors are
+//     our entry ours or root's (internal/statefs). Descriptors are
 //     close-on-exec.
 //   - The token never leaves the record file: not in errors, logs or
 //     Status.

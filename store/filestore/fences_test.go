@@ -2,6 +2,7 @@ package filestore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/slots"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -35,7 +38,7 @@ func writeState(t *testing.T, s *Store, key, name, content string) string {
 	return p
 }
 
-// slottedState writes a slotted record file (slots.go) holding content at
+// slottedState writes a slotted record file (internal/slots) holding content at
 // name in key's directory, or in the root for an empty key.
 func slottedState(t *testing.T, s *Store, key, name, content string) string {
 	t.Helper()
@@ -43,7 +46,7 @@ func slottedState(t *testing.T, s *Store, key, name, content string) string {
 	if key != "" {
 		p = filepath.Join(s.Root(), "keys", encodeKey(key), name)
 	}
-	f, err := wholeFile([]byte(content), 2)
+	f, err := slots.Whole([]byte(content), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +96,21 @@ func TestFencesSkipTheReservationAfterAReboot(t *testing.T) {
 		t.Fatalf("then: fence %d, want 1002", got)
 	}
 	// The reservation on disk always covers the fence handed out.
-	top := dir{fd: s.top.fd, path: s.Root()}
-	res, _, err := readReservation(top)
+	raw, err := os.ReadFile(filepath.Join(s.Root(), fencesFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Reserved < 1002 || res.Boot != bootID() {
-		t.Fatalf("reservation %+v does not cover fence 1002 in this boot", res)
+	cur, err := statefs.ParseSlotted(raw, fencesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Reserved uint64
+		Boot     string
+	}
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err := json.Unmarshal(cur.Data, &res); err != nil || res.Reserved < 1002 || res.Boot != strings.TrimSpace(string(boot)) {
+		t.Fatalf("reservation %s (%v) does not cover fence 1002 in this boot", cur.Data, err)
 	}
 }
 
@@ -156,7 +167,7 @@ func mustKeyDir(t *testing.T, s *Store, key string) dir {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(kd.close)
+	t.Cleanup(kd.Close)
 	return kd
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/fences"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -46,9 +48,9 @@ type Store struct {
 	now  func() time.Time
 	host string
 
-	access access // the store's kind (access_linux.go)
+	access statefs.Access // the store's kind (internal/statefs)
 
-	mu     sync.RWMutex // guards keys.fd and top.fd against Close
+	mu     sync.RWMutex // guards keys.FD and top.FD against Close
 	top    dir          // the root, open for the life of the Store
 	keys   dir          // <root>/keys, open for the life of the Store
 	closed bool
@@ -81,7 +83,7 @@ func DefaultRoot() (string, error) {
 // with an error wrapping store.ErrUnsafe naming the directory and the fix,
 // a root that is a symlink, that is neither the caller's own (and written
 // by nobody else) nor a group store the caller is a member of, or that has
-// an ancestor another user can write (access_linux.go).
+// an ancestor another user can write (internal/statefs).
 func Open(root string, opts Options) (*Store, error) {
 	if root == "" {
 		return nil, errors.New("filestore: no state directory given")
@@ -91,7 +93,7 @@ func Open(root string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("filestore: state directory %s: %w", root, err)
 	}
 	root = filepath.Clean(root)
-	if err := checkAncestors(root); err != nil {
+	if err := statefs.CheckAncestors(root); err != nil {
 		return nil, err
 	}
 	if !opts.MustExist {
@@ -106,7 +108,7 @@ func Open(root string, opts Options) (*Store, error) {
 	if err == unix.EACCES {
 		var st unix.Stat_t
 		if unix.Stat(root, &st) == nil && st.Mode&0o7777 == 0o2770 {
-			return nil, fmt.Errorf("%w: %s is the group store of %s, and uid %d is not a member", store.ErrUnsafe, root, groupName(int(st.Gid)), os.Geteuid())
+			return nil, fmt.Errorf("%w: %s is the group store of %s, and uid %d is not a member", store.ErrUnsafe, root, statefs.GroupName(int(st.Gid)), os.Geteuid())
 		}
 		return nil, fmt.Errorf("%w: state directory %s is not yours to use: %w", store.ErrUnsafe, root, err)
 	}
@@ -116,19 +118,19 @@ func Open(root string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("filestore: open state directory %s: %w", root, err)
 	}
-	a, err := rootAccess(fd, root)
+	a, err := statefs.RootAccess(fd, root)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
-	rootDir := dir{fd: fd, path: root, access: a}
-	keys, err := openDir(rootDir, "keys", !opts.MustExist)
+	rootDir := dir{FD: fd, Path: root, Access: a}
+	keys, err := rootDir.OpenDir("keys", !opts.MustExist)
 	if errors.Is(err, fs.ErrNotExist) && opts.MustExist {
-		rootDir.close()
+		rootDir.Close()
 		return nil, fmt.Errorf("%w: state directory %s has no keys yet", ErrNoState, root)
 	}
 	if err != nil {
-		rootDir.close()
+		rootDir.Close()
 		return nil, err
 	}
 	s := &Store{root: root, real: root, top: rootDir, keys: keys, now: opts.Now, log: opts.Logger, access: a}
@@ -156,8 +158,8 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
-		s.keys.close()
-		s.top.close()
+		s.keys.Close()
+		s.top.Close()
 	}
 	return nil
 }
@@ -172,12 +174,12 @@ func (s *Store) TickDir() (string, error) {
 	if s.closed {
 		return "", ErrClosed
 	}
-	d, err := openDir(s.top, ticksDir, true)
+	d, err := s.top.OpenDir(ticksDir, true)
 	if err != nil {
 		return "", err
 	}
-	d.close()
-	return d.path, nil
+	d.Close()
+	return d.Path, nil
 }
 
 // keyDir opens the directory of key, creating it with create. A missing
@@ -186,9 +188,9 @@ func (s *Store) keyDir(key string, create bool) (dir, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return dir{fd: -1}, ErrClosed
+		return dir{FD: -1}, ErrClosed
 	}
-	return openDir(s.keys, encodeKey(key), create)
+	return s.keys.OpenDir(encodeKey(key), create)
 }
 
 // keyNames lists the keys that have a directory, sorted. Names that are not
@@ -199,7 +201,7 @@ func (s *Store) keyNames() ([]string, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	names, err := listDir(s.keys)
+	names, err := s.keys.List()
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +209,7 @@ func (s *Store) keyNames() ([]string, error) {
 	for _, name := range names {
 		key, err := decodeKey(name)
 		if err != nil {
-			s.log.Debug("skipping a name that is not a key", "path", s.keys.join(name))
+			s.log.Debug("skipping a name that is not a key", "path", s.keys.Join(name))
 			continue
 		}
 		keys = append(keys, key)
@@ -216,41 +218,30 @@ func (s *Store) keyNames() ([]string, error) {
 	return keys, nil
 }
 
-// listDir lists the names in d, in no particular order.
-func listDir(d dir) ([]string, error) {
-	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("filestore: open %s: %w", d.path, err)
-	}
-	f := os.NewFile(uintptr(fd), d.path)
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("filestore: list %s: %w", d.path, err)
-	}
-	return names, nil
-}
-
 // readRecord reads the lease record of a key, and where it came from,
 // which writeRecord needs. A key that never had one is a free record at
 // fence 0.
-func readRecord(kd dir) (record, slotted, error) {
-	f, err := readSlotted(kd, leaseFile)
+func readRecord(kd dir) (record, statefs.Slotted, error) {
+	f, err := kd.ReadSlotted(leaseFile)
 	if errors.Is(err, fs.ErrNotExist) {
-		return record{Schema: schemaVersion}, slotted{}, nil
+		return record{Schema: schemaVersion}, statefs.Slotted{}, nil
 	}
 	if err != nil {
 		return record{}, f, err
 	}
-	r, err := parseRecord(f.data, kd.join(leaseFile))
+	r, err := parseRecord(f.Data, kd.Join(leaseFile))
 	return r, f, err
 }
 
 // writeRecord writes r as the key's record over cur, what readRecord
-// returned under the same guard: in place, one pwrite (slots.go).
-func writeRecord(kd dir, cur slotted, r *record) error {
-	return writeSlotted(kd, leaseFile, cur, r.marshal(), false)
+// returned under the same guard: in place, one pwrite (internal/statefs).
+func writeRecord(kd dir, cur statefs.Slotted, r *record) error {
+	return kd.WriteSlotted(leaseFile, cur, r.marshal(), false)
 }
+
+// dir is an open directory of the state tree (internal/statefs): every
+// file below the root is reached relative to one, with O_NOFOLLOW.
+type dir = statefs.Dir
 
 // Names in a key's directory.
 const (
@@ -263,3 +254,43 @@ const (
 
 // ticksDir is the root's directory of tick sockets (TickDir).
 const ticksDir = "ticks"
+
+// Names in the root: the store's fence counter (internal/fences).
+const (
+	fencesFile  = "fences"
+	counterFile = "fence-next"
+)
+
+// nextFence hands out the store's next fence, at least atLeast (a key's
+// record from an earlier fencerun may carry a fence of its own). Every
+// fence is above every fence the store ever handed out, for any key, so
+// that Prune can remove a key's directory (S4).
+func (s *Store) nextFence(atLeast uint64) (uint64, error) {
+	s.mu.RLock() // keeps s.top open
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	return s.fences().Take(atLeast)
+}
+
+// repairFences restarts a reservation that cannot be read (see
+// fences.Counter.Repair). It reports whether there was anything to repair.
+func (s *Store) repairFences(floorHint uint64) (bool, error) {
+	s.mu.RLock() // keeps s.top open
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false, ErrClosed
+	}
+	r, err := s.fences().Repair(floorHint, s.now())
+	if r == nil || err != nil {
+		return false, err
+	}
+	s.log.Warn("cleared a corrupt fence reservation", "path", s.top.Join(fencesFile), "cause", r.Cause, "fences_from", r.From)
+	return true, nil
+}
+
+// fences is the store's fence counter; the caller holds s.mu.
+func (s *Store) fences() fences.Counter {
+	return fences.Counter{Dir: s.top, Reservation: fencesFile, Lock: counterFile}
+}

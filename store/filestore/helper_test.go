@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/storetest"
@@ -77,7 +78,7 @@ func runHelper(mode string) int {
 		}
 		cut := os.Getenv("FILESTORE_TEST_CUT")
 		if cut == "rename" {
-			beforeRename = die
+			statefs.BeforeRename = die
 		}
 		l, _, err := s.Acquire(ctx, key, claim)
 		if err != nil || l == nil {
@@ -86,7 +87,7 @@ func runHelper(mode string) int {
 		}
 		fmt.Println("acquired", l.Fence())
 		n, _ := strconv.Atoi(cut)
-		slotWrite = func(fd int, b []byte, off int64) (int, error) {
+		statefs.SlotWrite = func(fd int, b []byte, off int64) (int, error) {
 			unix.Pwrite(fd, b[:min(n, len(b))], off)
 			die()
 			return 0, nil

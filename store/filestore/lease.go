@@ -126,7 +126,7 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	if l.released {
 		return fmt.Errorf("%w: the lease on %q (fence %d) was released", store.ErrLost, l.key, l.fence)
 	}
-	g, err := lockFile(ctx, l.kd, guardFile, true, unix.LOCK_EX)
+	g, err := l.kd.LockFile(ctx, guardFile, true, unix.LOCK_EX)
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 		return store.RequestNone, err
 	}
 	// Shared, so that no write in place is half done as we read.
-	g, err := lockFile(ctx, l.kd, guardFile, true, unix.LOCK_SH)
+	g, err := l.kd.LockFile(ctx, guardFile, true, unix.LOCK_SH)
 	if err != nil {
 		return store.RequestNone, err
 	}
@@ -201,7 +201,7 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 	if err := l.owns(rec, err); err != nil {
 		return store.RequestNone, err
 	}
-	data, err := readFile(l.kd, cancelFile)
+	data, err := l.kd.ReadFile(cancelFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return store.RequestNone, nil
 	}
@@ -211,7 +211,7 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 	}
 	fence, ok := parseCancel(data)
 	if !ok {
-		l.s.log.Warn("ignoring a cancel request that is not a fence", "path", l.kd.join(cancelFile))
+		l.s.log.Warn("ignoring a cancel request that is not a fence", "path", l.kd.Join(cancelFile))
 		return store.RequestNone, nil
 	}
 	if fence == l.fence {
@@ -241,9 +241,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	close(l.unwatch)
 	defer func() {
 		l.notify.stop(true)
-		l.kd.close()
+		l.kd.Close()
 	}()
-	g, err := lockFile(ctx, l.kd, guardFile, true, unix.LOCK_EX)
+	g, err := l.kd.LockFile(ctx, guardFile, true, unix.LOCK_EX)
 	if err != nil {
 		// Dropping live alone leaves our record to look like a dead
 		// holder's: the next Acquire takes it over.
@@ -260,8 +260,8 @@ func (l *Lease) Release(ctx context.Context) error {
 		// Leftovers not confirmed stopped stay for the next holder.
 		free := record{Fence: rec.Fence, Version: rec.Version + 1, Leftovers: rec.Leftovers}
 		werr = writeRecord(l.kd, cur, &free)
-		if err := unix.Unlinkat(l.kd.fd, cancelFile, 0); err != nil && err != unix.ENOENT {
-			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.join(cancelFile), "error", err)
+		if err := unix.Unlinkat(l.kd.FD, cancelFile, 0); err != nil && err != unix.ENOENT {
+			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.Join(cancelFile), "error", err)
 		}
 	}
 	stamps.Mark("release.written")

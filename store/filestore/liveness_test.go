@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/slots"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 )
@@ -227,7 +229,7 @@ func TestCrashBeforeRenameNeverRepeatsAFence(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(kd, leaseFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a lease record made by a writer that died before the rename: %v", err)
 	}
-	temps, _ := filepath.Glob(filepath.Join(kd, tempPrefix+"*"))
+	temps, _ := filepath.Glob(filepath.Join(kd, statefs.TempPrefix+"*"))
 	if len(temps) != 1 {
 		t.Fatalf("temporary files after the crash: %v, want the one it left", temps)
 	}
@@ -258,7 +260,7 @@ func TestCrashBeforeRenameNeverRepeatsAFence(t *testing.T) {
 // nothing reads as corrupt. (slots_test.go cuts at every byte in-process.)
 func TestCrashInTheMiddleOfAnInPlaceWrite(t *testing.T) {
 	s, root := newStore(t)
-	for _, cut := range []int{0, 1, slotHeader - 1, slotHeader, slotHeader + 40, 1 << 20} {
+	for _, cut := range []int{0, 1, slots.Header - 1, slots.Header, slots.Header + 40, 1 << 20} {
 		c := spawn(t, "crash", root, "k", "FILESTORE_TEST_CUT="+strconv.Itoa(cut), helperMarker+"=crashed")
 		fence, _ := strconv.ParseUint(c.Expect("acquired"), 10, 64)
 		if err := c.Wait(); !testsupport.KilledBy(err, syscall.SIGKILL) {

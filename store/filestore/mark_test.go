@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -13,7 +14,7 @@ func TestMarkSharedRecords(t *testing.T) {
 	own := fence.TickMarker("/srv/st/ticks/t-0123456789abcdef0123456789abcdef")
 	other := fence.TickMarker("/root/.local/state/fencerun/ticks/t-0123456789abcdef0123456789abcdef")
 	trees := []store.Leftover{{HolderPID: 1, Marker: own}, {HolderPID: 2, Marker: other}}
-	group := &Store{root: "/srv/st", real: "/srv/st", access: access{shared: true}}
+	group := &Store{root: "/srv/st", real: "/srv/st", access: statefs.Access{Shared: true}}
 	got := group.mark(trees)
 	if !got[0].Shared || !got[1].Shared {
 		t.Errorf("group store trees not marked Shared: %+v", got)

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
@@ -53,7 +54,7 @@ func (s *Store) claimName(key string) string {
 // trusted reports whether uid is one of this store's users (whose claims
 // are believed).
 func (s *Store) trusted(uid int) bool {
-	return uid == os.Geteuid() || uid == 0 || s.access.shared && isMember(uid, s.access.gid)
+	return uid == os.Geteuid() || uid == 0 || s.access.Shared && statefs.IsMember(uid, s.access.GID)
 }
 
 // claim takes the claim of key. A claim held by one of the store's users
@@ -77,17 +78,17 @@ func (s *Store) claim(key string) (c *unixsock.Claim, held bool, err error) {
 func (l *Lease) stillThere() error {
 	path := filepath.Join(l.s.root, "keys", encodeKey(l.key))
 	var held, named unix.Stat_t
-	if err := unix.Fstat(l.kd.fd, &held); err != nil {
+	if err := unix.Fstat(l.kd.FD, &held); err != nil {
 		return fmt.Errorf("filestore: stat %s: %w", path, err)
 	}
 	if err := unix.Stat(path, &named); err != nil || named.Dev != held.Dev || named.Ino != held.Ino {
 		return fmt.Errorf("%w: the key directory %s of %q (fence %d) was moved or deleted", store.ErrLost, path, l.key, l.fence)
 	}
 	if err := unix.Fstat(l.live, &held); err != nil {
-		return fmt.Errorf("filestore: stat %s: %w", l.kd.join(liveFile), err)
+		return fmt.Errorf("filestore: stat %s: %w", l.kd.Join(liveFile), err)
 	}
-	if err := unix.Fstatat(l.kd.fd, liveFile, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || named.Ino != held.Ino {
-		return fmt.Errorf("%w: the lock file %s of %q (fence %d) was moved or deleted", store.ErrLost, l.kd.join(liveFile), l.key, l.fence)
+	if err := unix.Fstatat(l.kd.FD, liveFile, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || named.Ino != held.Ino {
+		return fmt.Errorf("%w: the lock file %s of %q (fence %d) was moved or deleted", store.ErrLost, l.kd.Join(liveFile), l.key, l.fence)
 	}
 	return nil
 }

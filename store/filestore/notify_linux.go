@@ -68,7 +68,7 @@ func listenNotify(kd dir, mode uint32) (*notifier, error) {
 		}
 		name := notifyPrefix + hex.EncodeToString(b[:])
 		var c *net.UnixConn
-		c, err = unixsock.ListenPacket(kd.fd, kd.path, name, mode)
+		c, err = unixsock.ListenPacket(kd.FD, kd.Path, name, mode)
 		if err == nil {
 			return &notifier{kd: kd, name: name, conn: c, done: make(chan struct{})}, nil
 		}
@@ -103,7 +103,7 @@ func (n *notifier) start(changes chan struct{}, log hclog.Logger) {
 // it.
 func (n *notifier) stop(started bool) {
 	n.conn.Close()
-	unixsock.Remove(n.kd.fd, n.name)
+	unixsock.Remove(n.kd.FD, n.name)
 	if started {
 		<-n.done
 	}
@@ -118,7 +118,7 @@ func poke(kd dir, name string, log hclog.Logger) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	c, err := unixsock.DialAt(ctx, "unixgram", kd.fd, kd.path, name)
+	c, err := unixsock.DialAt(ctx, "unixgram", kd.FD, kd.Path, name)
 	if err == nil {
 		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 		_, err = c.Write([]byte{1})

@@ -7,11 +7,12 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"golang.org/x/sys/unix"
 )
 
 // Prune removes a free key's directory: fences come from the store's
-// counter (fences.go), so nothing in it is worth keeping. It does so under
+// counter (internal/fences), so nothing in it is worth keeping. It does so under
 // the key's guard, held exclusively, and only when nobody holds the key
 // (live is not locked), nobody waits for it (no live queue entry) and no
 // dead holder's tree may still need stopping (no predecessor, no
@@ -38,7 +39,7 @@ func (s *Store) lockKey(ctx context.Context, key string, create bool, how int) (
 		if err != nil {
 			return kd, -1, err
 		}
-		g, err := lockFile(ctx, kd, guardFile, create, how)
+		g, err := kd.LockFile(ctx, guardFile, create, how)
 		if err == nil {
 			err = s.guardLinked(key, kd, g)
 			if err != nil {
@@ -48,13 +49,13 @@ func (s *Store) lockKey(ctx context.Context, key string, create bool, how int) (
 		if err == nil {
 			return kd, g, nil
 		}
-		kd.close()
+		kd.Close()
 		// ENOENT: the guard could not be made in a removed directory.
 		if !errors.Is(err, errMoved) && !(create && errors.Is(err, fs.ErrNotExist)) {
-			return dir{fd: -1}, -1, err
+			return dir{FD: -1}, -1, err
 		}
 		if ctx.Err() != nil {
-			return dir{fd: -1}, -1, fmt.Errorf("filestore: %q: %w", key, context.Cause(ctx))
+			return dir{FD: -1}, -1, fmt.Errorf("filestore: %q: %w", key, context.Cause(ctx))
 		}
 	}
 }
@@ -62,13 +63,13 @@ func (s *Store) lockKey(ctx context.Context, key string, create bool, how int) (
 // guardLinked checks that g, locked in kd, is still the guard of key.
 func (s *Store) guardLinked(key string, kd dir, g int) error {
 	var dst, gst, st unix.Stat_t
-	if err := unix.Fstat(kd.fd, &dst); err != nil {
-		return fmt.Errorf("filestore: stat %s: %w", kd.path, err)
+	if err := unix.Fstat(kd.FD, &dst); err != nil {
+		return fmt.Errorf("filestore: stat %s: %w", kd.Path, err)
 	}
 	if err := unix.Fstat(g, &gst); err != nil {
-		return fmt.Errorf("filestore: stat %s: %w", kd.join(guardFile), err)
+		return fmt.Errorf("filestore: stat %s: %w", kd.Join(guardFile), err)
 	}
-	if unix.Fstatat(kd.fd, guardFile, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Ino != gst.Ino || st.Dev != gst.Dev {
+	if unix.Fstatat(kd.FD, guardFile, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Ino != gst.Ino || st.Dev != gst.Dev {
 		return errMoved
 	}
 	s.mu.RLock()
@@ -76,7 +77,7 @@ func (s *Store) guardLinked(key string, kd dir, g int) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if unix.Fstatat(s.keys.fd, encodeKey(key), &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Ino != dst.Ino || st.Dev != dst.Dev {
+	if unix.Fstatat(s.keys.FD, encodeKey(key), &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Ino != dst.Ino || st.Dev != dst.Dev {
 		return errMoved
 	}
 	return nil
@@ -86,34 +87,34 @@ func (s *Store) guardLinked(key string, kd dir, g int) error {
 // checked under the guard g it holds exclusively (see above). A name in it
 // that fencerun did not put there keeps the directory, and the key.
 func (s *Store) removeFree(key string, kd dir) (bool, error) {
-	names, err := listDir(kd)
+	names, err := kd.List()
 	if err != nil {
 		return false, err
 	}
 	for _, name := range names {
 		switch {
 		case name == leaseFile, name == liveFile, name == cancelFile, name == legacyFencesFile,
-			strings.HasPrefix(name, tempPrefix), isNotifyName(name):
+			strings.HasPrefix(name, statefs.TempPrefix), isNotifyName(name):
 		case name == guardFile, name == queueDir:
 			continue
 		default:
-			s.log.Debug("keeping a key directory with a name that is not ours", "path", kd.join(name))
+			s.log.Debug("keeping a key directory with a name that is not ours", "path", kd.Join(name))
 			return false, nil
 		}
 	}
-	if err := unix.Unlinkat(kd.fd, queueDir, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+	if err := unix.Unlinkat(kd.FD, queueDir, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
 		return false, nil // something left in the queue: keep the key
 	}
 	for _, name := range names {
 		if name == guardFile || name == queueDir {
 			continue
 		}
-		if err := unix.Unlinkat(kd.fd, name, 0); err != nil && err != unix.ENOENT {
-			return false, fmt.Errorf("filestore: remove %s: %w", kd.join(name), err)
+		if err := unix.Unlinkat(kd.FD, name, 0); err != nil && err != unix.ENOENT {
+			return false, fmt.Errorf("filestore: remove %s: %w", kd.Join(name), err)
 		}
 	}
-	if err := unix.Unlinkat(kd.fd, guardFile, 0); err != nil && err != unix.ENOENT {
-		return false, fmt.Errorf("filestore: remove %s: %w", kd.join(guardFile), err)
+	if err := unix.Unlinkat(kd.FD, guardFile, 0); err != nil && err != unix.ENOENT {
+		return false, fmt.Errorf("filestore: remove %s: %w", kd.Join(guardFile), err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -121,11 +122,11 @@ func (s *Store) removeFree(key string, kd dir) (bool, error) {
 		return false, ErrClosed
 	}
 	// Not empty: an acquirer made a guard in it since; the key is its.
-	if err := unix.Unlinkat(s.keys.fd, encodeKey(key), unix.AT_REMOVEDIR); err != nil {
+	if err := unix.Unlinkat(s.keys.FD, encodeKey(key), unix.AT_REMOVEDIR); err != nil {
 		if err == unix.ENOTEMPTY || err == unix.EEXIST {
 			return false, nil
 		}
-		return false, fmt.Errorf("filestore: remove %s: %w", kd.path, err)
+		return false, fmt.Errorf("filestore: remove %s: %w", kd.Path, err)
 	}
 	return true, nil
 }

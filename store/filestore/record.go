@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/fences"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -75,7 +77,7 @@ func parseRecord(data []byte, path string) (record, error) {
 		return r, fmt.Errorf("%w: %s is empty", store.ErrCorrupt, path)
 	}
 	if err := json.Unmarshal(data, &r); err != nil {
-		return record{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, jsonProblem(err))
+		return record{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, statefs.JSONProblem(err))
 	}
 	if r.Schema != schemaVersion {
 		return record{}, fmt.Errorf("%w: %s has schema version %d; this fencerun reads version %d", store.ErrCorrupt, path, r.Schema, schemaVersion)
@@ -84,8 +86,8 @@ func parseRecord(data []byte, path string) (record, error) {
 		return record{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, what)
 	}
 	switch {
-	case r.Fence > maxFence:
-		return bad(fmt.Sprintf("fence %d is beyond %d", r.Fence, uint64(maxFence)))
+	case r.Fence > fences.Max:
+		return bad(fmt.Sprintf("fence %d is beyond %d", r.Fence, uint64(fences.Max)))
 	case r.Token != "" && !isHex(r.Token, tokenLen):
 		return bad("token is not 128 bits of hex")
 	case r.Token != "" && r.Holder == nil:
@@ -98,20 +100,6 @@ func parseRecord(data []byte, path string) (record, error) {
 		return bad("predecessor pid is not positive")
 	}
 	return r, nil
-}
-
-// jsonProblem describes a JSON error without quoting the input.
-func jsonProblem(err error) string {
-	switch e := err.(type) {
-	case *json.SyntaxError:
-		return fmt.Sprintf("not valid JSON at byte %d", e.Offset)
-	case *json.UnmarshalTypeError:
-		return fmt.Sprintf("field %q has the wrong type", e.Field)
-	}
-	if err.Error() == "unexpected end of JSON input" {
-		return "truncated JSON"
-	}
-	return "not a valid record"
 }
 
 func (r *record) marshal() []byte {
@@ -194,7 +182,7 @@ func parseWaiter(data []byte, path string) (waiterRecord, error) {
 		return w, fmt.Errorf("%w: %s is empty", store.ErrCorrupt, path)
 	}
 	if err := json.Unmarshal(data, &w); err != nil {
-		return waiterRecord{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, jsonProblem(err))
+		return waiterRecord{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, statefs.JSONProblem(err))
 	}
 	if w.Schema != schemaVersion {
 		return waiterRecord{}, fmt.Errorf("%w: %s has schema version %d; this fencerun reads version %d", store.ErrCorrupt, path, w.Schema, schemaVersion)

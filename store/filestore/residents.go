@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/fencerun/fencerun/internal/statefs"
 )
 
 // Resident roles this root has seen (SPEC list): a resident run notes its
@@ -25,17 +27,17 @@ func (s *Store) NoteResident(storePath string) error {
 	if s.closed {
 		return ErrClosed
 	}
-	d, err := openDir(s.top, residentsDir, true)
+	d, err := s.top.OpenDir(residentsDir, true)
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.Close()
 	sum := sha256.Sum256([]byte(storePath))
 	name := "r-" + hex.EncodeToString(sum[:16])
-	if data, err := readFile(d, name); err == nil && string(data) == storePath+"\n" {
+	if data, err := d.ReadFile(name); err == nil && string(data) == storePath+"\n" {
 		return nil
 	}
-	_, err = writeAtomic(d, name, []byte(storePath+"\n"), writeOpts{})
+	_, err = d.WriteAtomic(name, []byte(storePath+"\n"), statefs.WriteOpts{})
 	return err
 }
 
@@ -47,15 +49,15 @@ func (s *Store) Residents() ([]string, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	d, err := openDir(s.top, residentsDir, false)
+	d, err := s.top.OpenDir(residentsDir, false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer d.close()
-	names, err := listDir(d)
+	defer d.Close()
+	names, err := d.List()
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +66,7 @@ func (s *Store) Residents() ([]string, error) {
 		if !strings.HasPrefix(name, "r-") {
 			continue
 		}
-		data, err := readFile(d, name)
+		data, err := d.ReadFile(name)
 		p := strings.TrimSuffix(string(data), "\n")
 		if err != nil || !filepath.IsAbs(p) {
 			continue

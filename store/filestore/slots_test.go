@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/slots"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -28,52 +30,52 @@ func TestSlotWriteCutAtEveryByte(t *testing.T) {
 		[]byte(`{"n":3,"pad":"` + strings.Repeat("c", 700) + `"}`),
 		[]byte(`{"n":4}`),
 	}
-	file, err := wholeFile(records[0], 2)
+	file, err := slots.Whole(records[0], 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, next := range records[1:] {
-		cur, err := parseSlotted(file, "f")
-		if err != nil || !bytes.Equal(cur.data, records[i]) {
-			t.Fatalf("write %d: reads %q, %v; want %q", i, cur.data, err, records[i])
+		cur, err := statefs.ParseSlotted(file, "f")
+		if err != nil || !bytes.Equal(cur.Data, records[i]) {
+			t.Fatalf("write %d: reads %q, %v; want %q", i, cur.Data, err, records[i])
 		}
-		b := encodeSlot(next, cur.seq+1, cur.size)
-		off := (1 - cur.slot) * cur.size
+		b := slots.Encode(next, cur.Seq+1, cur.Size)
+		off := (1 - cur.Slot) * cur.Size
 		for cut := range len(b) {
 			torn := bytes.Clone(file)
 			copy(torn[off:], b[:cut])
-			got, err := parseSlotted(torn, "f")
-			if err != nil || !bytes.Equal(got.data, records[i]) {
-				t.Fatalf("write %d cut at byte %d of %d: reads %q, %v; want the record before it", i+1, cut, len(b), got.data, err)
+			got, err := statefs.ParseSlotted(torn, "f")
+			if err != nil || !bytes.Equal(got.Data, records[i]) {
+				t.Fatalf("write %d cut at byte %d of %d: reads %q, %v; want the record before it", i+1, cut, len(b), got.Data, err)
 			}
 			// The next write after a cut one goes to the torn slot again,
 			// never over the good one.
-			if got.slot != cur.slot {
-				t.Fatalf("write %d cut at byte %d: the good record moved to slot %d", i+1, cut, got.slot)
+			if got.Slot != cur.Slot {
+				t.Fatalf("write %d cut at byte %d: the good record moved to slot %d", i+1, cut, got.Slot)
 			}
 		}
 		copy(file[off:], b)
 	}
-	if got, err := parseSlotted(file, "f"); err != nil || !bytes.Equal(got.data, records[len(records)-1]) {
-		t.Fatalf("after every write: %q, %v", got.data, err)
+	if got, err := statefs.ParseSlotted(file, "f"); err != nil || !bytes.Equal(got.Data, records[len(records)-1]) {
+		t.Fatalf("after every write: %q, %v", got.Data, err)
 	}
 }
 
 // A flipped bit anywhere in the newer slot's header or record falls back to
 // the older slot; in both, the file is corrupt.
 func TestSlotChecksumCatchesEveryFlippedByte(t *testing.T) {
-	file, _ := wholeFile([]byte(`{"n":1}`), 2)
-	cur, _ := parseSlotted(file, "f")
-	copy(file[minSlotSize:], encodeSlot([]byte(`{"n":2}`), cur.seq+1, cur.size))
-	n := slotHeader + len(`{"n":2}`)
+	file, _ := slots.Whole([]byte(`{"n":1}`), 2)
+	cur, _ := statefs.ParseSlotted(file, "f")
+	copy(file[slots.MinSize:], slots.Encode([]byte(`{"n":2}`), cur.Seq+1, cur.Size))
+	n := slots.Header + len(`{"n":2}`)
 	for i := range n {
 		bad := bytes.Clone(file)
-		bad[minSlotSize+i] ^= 0x10
-		if got, err := parseSlotted(bad, "f"); err != nil || string(got.data) != `{"n":1}` {
-			t.Fatalf("byte %d of the newer slot flipped: %q, %v; want the older record", i, got.data, err)
+		bad[slots.MinSize+i] ^= 0x10
+		if got, err := statefs.ParseSlotted(bad, "f"); err != nil || string(got.Data) != `{"n":1}` {
+			t.Fatalf("byte %d of the newer slot flipped: %q, %v; want the older record", i, got.Data, err)
 		}
 		bad[i] ^= 0x10
-		if _, err := parseSlotted(bad, "f"); !errors.Is(err, store.ErrCorrupt) {
+		if _, err := statefs.ParseSlotted(bad, "f"); !errors.Is(err, store.ErrCorrupt) {
 			t.Fatalf("byte %d flipped in both slots: %v, want ErrCorrupt", i, err)
 		}
 	}
@@ -88,10 +90,10 @@ func TestRenewalCutShortLeavesTheRecordBefore(t *testing.T) {
 	l := mustAcquire(t, s, "k", claim("a"))
 	defer mustRelease(t, l)
 	path := filepath.Join(keyPath(root, "k"), leaseFile)
-	defer func(w func(int, []byte, int64) (int, error)) { slotWrite = w }(slotWrite)
+	defer func(w func(int, []byte, int64) (int, error)) { statefs.SlotWrite = w }(statefs.SlotWrite)
 	var cut, whole int
 	var written []byte
-	slotWrite = func(fd int, b []byte, off int64) (int, error) {
+	statefs.SlotWrite = func(fd int, b []byte, off int64) (int, error) {
 		whole, written = len(b), b
 		if n := min(cut, len(b)-1); n > 0 {
 			if _, err := unix.Pwrite(fd, b[:n], off); err != nil {
@@ -102,18 +104,18 @@ func TestRenewalCutShortLeavesTheRecordBefore(t *testing.T) {
 	}
 	for cut = 0; whole == 0 || cut < whole; cut++ {
 		before, _ := os.ReadFile(path)
-		want, _ := parseSlotted(before, path)
+		want, _ := statefs.ParseSlotted(before, path)
 		_, rerr := l.Renew(t.Context())
 		after, _ := os.ReadFile(path)
-		got, err := parseSlotted(after, path)
+		got, err := statefs.ParseSlotted(after, path)
 		switch {
 		case err != nil:
 			t.Fatalf("cut %d: record after the write: %v", cut, err)
-		case bytes.Equal(got.data, want.data):
+		case bytes.Equal(got.Data, want.Data):
 			if !errors.Is(rerr, unix.ENOSPC) || !strings.Contains(rerr.Error(), path) {
 				t.Fatalf("cut %d: renewal error %v; want ENOSPC naming %s", cut, rerr, path)
 			}
-		case bytes.Equal(got.data, written[slotHeader:]):
+		case bytes.Equal(got.Data, written[slots.Header:]):
 			// The bytes the cut left out were there already (the same
 			// tail from an earlier record): the write landed whole, and
 			// counts as done.
@@ -121,10 +123,10 @@ func TestRenewalCutShortLeavesTheRecordBefore(t *testing.T) {
 				t.Fatalf("cut %d: the record landed whole, yet the renewal failed: %v", cut, rerr)
 			}
 		default:
-			t.Fatalf("cut %d: record after the write %q; want the one before or the new one", cut, got.data)
+			t.Fatalf("cut %d: record after the write %q; want the one before or the new one", cut, got.Data)
 		}
 	}
-	slotWrite = func(fd int, b []byte, off int64) (int, error) { return unix.Pwrite(fd, b, off) }
+	statefs.SlotWrite = func(fd int, b []byte, off int64) (int, error) { return unix.Pwrite(fd, b, off) }
 	if _, err := l.Renew(t.Context()); err != nil {
 		t.Fatalf("renewal after the failed ones: %v", err)
 	}
@@ -144,8 +146,8 @@ func TestARecordOutgrowingItsSlotIsRewrittenWhole(t *testing.T) {
 		}
 	}
 	fi, err := os.Stat(filepath.Join(keyPath(root, "k"), leaseFile))
-	if err != nil || fi.Size() <= 2*minSlotSize {
-		t.Fatalf("record file %v, %v; want slots larger than %d", fi, err, minSlotSize)
+	if err != nil || fi.Size() <= 2*slots.MinSize {
+		t.Fatalf("record file %v, %v; want slots larger than %d", fi, err, slots.MinSize)
 	}
 	if st := mustStatus(t, s, "k"); st.Holder == nil || st.Holder.Reason != strings.Repeat("\x01", 1000) {
 		t.Fatalf("status after growing: %+v", st)
@@ -227,7 +229,7 @@ func TestAGuardOfARemovedDirectoryIsNotTheKeys(t *testing.T) {
 	s, _ := newStore(t)
 	mustRelease(t, mustAcquire(t, s, "k", claim("a")))
 	kd := mustKeyDir(t, s, "k")
-	g, err := openFile(kd, guardFile, unix.O_RDONLY)
+	g, err := kd.OpenFile(guardFile, unix.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +243,7 @@ func TestAGuardOfARemovedDirectoryIsNotTheKeys(t *testing.T) {
 	if err := s.guardLinked("k", kd, g); !errors.Is(err, errMoved) {
 		t.Fatalf("the guard of a removed directory: %v, want errMoved", err)
 	}
-	if _, err := lockFile(t.Context(), kd, guardFile, true, unix.LOCK_EX); !errors.Is(err, os.ErrNotExist) {
+	if _, err := kd.LockFile(t.Context(), guardFile, true, unix.LOCK_EX); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("making a guard in a removed directory: %v, want ENOENT", err)
 	}
 	// Acquire starts over in a directory of its own, and the old guard's

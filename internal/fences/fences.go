@@ -1,0 +1,248 @@
+// Package fences is the one fence allocator of fencerun's state on this
+// host: the file backend's store-wide counter (store/filestore) and the
+// resident role's counter of one store file (resident) are each a
+// Counter, two files in a state directory (internal/statefs).
+//
+//   - The reservation file, {"schema":1,"reserved":R,"boot":B}: no fence
+//     above R is handed out before a reservation covering it is on disk
+//     (written in place into two checksummed slots and fsynced; made whole
+//     by statefs.WriteAtomic, durably, the first time). It is written once
+//     per Block fences, and once per boot.
+//   - The counter file, {"schema":1,"next":N,"reserved":R,"boot":B}: the
+//     next fence to hand out within boot B, never fsynced. It is also the
+//     fence lock: flock(LOCK_EX) on it around every read and write of
+//     either file. It is made by O_CREAT and only ever written in place,
+//     so the lock is always on the one file.
+//
+// What it guarantees: every fence Take returns is above every fence it
+// returned before from the same files (S4), across process deaths at any
+// point (a SIGKILL between the reservation and the fence's use costs a
+// fence, never repeats one), kernel crashes, power cuts and reboots.
+// Within one boot the counter is exact even unsynced: a process that dies
+// loses nothing the kernel already has, so consecutive fences are
+// consecutive numbers. Only a kernel crash or power cut loses unsynced
+// writes, and that is always followed by a new boot, whose counter
+// (another boot's, or torn, or empty) is not trusted: the next fence is
+// then the durable R+1, above every fence handed out before the crash. A
+// counter that cannot be read is never an error, only a new reservation.
+// A reservation that cannot be read fails closed (store.ErrCorrupt naming
+// the file); Repair restarts it above anything this host can have counted.
+//
+// A reservation file in an earlier resident role's format,
+// {"schema":1,"fence":N} (the last fence it handed out, written by
+// rename), is read as a reservation of N: the next fence is above it, and
+// the next reservation replaces it with a slotted file.
+//
+// What it does not cover: a file system that loses written-back page
+// cache within one boot (a writeback error after which the kernel drops
+// the page, a device pulled and re-attached without a reboot); anyone who
+// edits or deletes the files by hand (deleting both restarts the fences).
+package fences
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/internal/slots"
+	"github.com/fencerun/fencerun/internal/statefs"
+	"github.com/fencerun/fencerun/store"
+)
+
+// Block is how many fences one reservation covers.
+const Block = 64
+
+// Max bounds fences and reservations: a record or reservation above it is
+// corrupt, so that adding a block can never wrap around.
+const Max = 1 << 63
+
+// schema is the version of both files' content.
+const schema = 1
+
+// Counter is one store's fence counter: the files Reservation and Lock in
+// Dir, open for as long as the Counter is used.
+type Counter struct {
+	Dir         statefs.Dir
+	Reservation string // the durable reservation
+	Lock        string // the counter, and the fence lock
+}
+
+type reservation struct {
+	Schema   int    `json:"schema"`
+	Reserved uint64 `json:"reserved"`
+	Boot     string `json:"boot"`
+	// Fence is an earlier resident role's last fence: a reservation of it.
+	Fence uint64 `json:"fence,omitempty"`
+}
+
+type counter struct {
+	Schema   int    `json:"schema"`
+	Next     uint64 `json:"next"`
+	Reserved uint64 `json:"reserved"`
+	Boot     string `json:"boot"`
+}
+
+// Take hands out the next fence, at least atLeast (a record from an
+// earlier fencerun may carry a fence of its own), making a new reservation
+// durable first when the counter's is used up or was not made in this
+// boot.
+func (c Counter) Take(atLeast uint64) (uint64, error) {
+	fd, n, cur, err := c.lock()
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	boot := bootID()
+	fence := atLeast
+	trusted := boot != "" && n.Boot == boot
+	if trusted {
+		fence = max(fence, n.Next)
+	}
+	if !trusted || fence > n.Reserved {
+		res, rcur, err := c.read()
+		if err != nil {
+			return 0, err
+		}
+		fence = max(fence, res.Reserved+1)
+		if fence > Max-Block {
+			return 0, fmt.Errorf("%w: %s: fences are used up", store.ErrCorrupt, c.Dir.Join(c.Reservation))
+		}
+		n.Reserved = fence + Block - 1
+		if err := c.reserve(rcur, reservation{Reserved: n.Reserved, Boot: boot}); err != nil {
+			return 0, err
+		}
+	}
+	n.Next, n.Boot = fence+1, boot
+	if err := c.writeCounter(fd, cur, n); err != nil {
+		return 0, err
+	}
+	return fence, nil
+}
+
+// lock opens the counter, takes the fence lock and reads it. A counter
+// that cannot be read is a zero one: it only costs a reservation.
+func (c Counter) lock() (int, counter, statefs.Slotted, error) {
+	fd, err := c.Dir.OpenFile(c.Lock, unix.O_RDWR|unix.O_CREAT)
+	if err != nil {
+		return -1, counter{}, statefs.Slotted{}, err
+	}
+	if err := statefs.FlockWait(fd, unix.LOCK_EX); err != nil {
+		unix.Close(fd)
+		return -1, counter{}, statefs.Slotted{}, fmt.Errorf("lock %s: %w", c.Dir.Join(c.Lock), err)
+	}
+	var n counter
+	raw, err := statefs.ReadSized(fd, c.Dir.Join(c.Lock), 2*slots.MinSize)
+	if err != nil {
+		unix.Close(fd)
+		return -1, counter{}, statefs.Slotted{}, err
+	}
+	cur, err := statefs.ParseSlotted(raw, c.Dir.Join(c.Lock))
+	if err != nil || cur.Size == 0 || json.Unmarshal(cur.Data, &n) != nil || n.Schema != schema || n.Next > n.Reserved+1 {
+		return fd, counter{}, statefs.Slotted{}, nil
+	}
+	return fd, n, cur, nil
+}
+
+// writeCounter writes n in place, not durably: the counter is never
+// renamed, so that its lock stays on the one file.
+func (c Counter) writeCounter(fd int, cur statefs.Slotted, n counter) error {
+	n.Schema = schema
+	data, _ := json.Marshal(n)
+	if cur.Size == 0 {
+		whole, err := slots.Whole(data, 2)
+		if err != nil {
+			return err
+		}
+		return statefs.WriteSlotAt(fd, c.Dir.Join(c.Lock), whole, 0)
+	}
+	slot := 1 - cur.Slot
+	return statefs.WriteSlotAt(fd, c.Dir.Join(c.Lock), slots.Encode(data, cur.Seq+1, cur.Size), int64(slot*cur.Size))
+}
+
+// reserve writes r durably over cur, what read returned under the fence
+// lock.
+func (c Counter) reserve(cur statefs.Slotted, r reservation) error {
+	r.Schema = schema
+	data, _ := json.Marshal(r)
+	return c.Dir.WriteSlotted(c.Reservation, cur, data, true)
+}
+
+// read reads the durable reservation; none is a zero reservation.
+func (c Counter) read() (reservation, statefs.Slotted, error) {
+	cur, err := c.Dir.ReadSlotted(c.Reservation)
+	if errors.Is(err, fs.ErrNotExist) {
+		return reservation{Schema: schema}, statefs.Slotted{}, nil
+	}
+	if err != nil {
+		return reservation{}, cur, err
+	}
+	path := c.Dir.Join(c.Reservation)
+	var r reservation
+	if err := json.Unmarshal(cur.Data, &r); err != nil {
+		return reservation{}, cur, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, statefs.JSONProblem(err))
+	}
+	if r.Schema != schema {
+		return reservation{}, cur, fmt.Errorf("%w: %s has schema version %d; this fencerun reads version %d", store.ErrCorrupt, path, r.Schema, schema)
+	}
+	r.Reserved = max(r.Reserved, r.Fence)
+	if r.Reserved > Max {
+		return reservation{}, cur, fmt.Errorf("%w: %s reserves fences beyond %d", store.ErrCorrupt, path, uint64(Max))
+	}
+	return r, cur, nil
+}
+
+// Repaired says what Repair did: why the reservation could not be read,
+// and the first fence handed out from now.
+type Repaired struct {
+	Cause error
+	From  uint64
+}
+
+// Repair restarts a reservation that cannot be read above every fence
+// this host can have counted: the larger of floorHint, any number still
+// readable in it and the Unix time now in microseconds, which no counter
+// that grows by one per acquisition reaches. It returns nil when there was
+// nothing to repair.
+func (c Counter) Repair(floorHint uint64, now time.Time) (*Repaired, error) {
+	fd, _, _, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	_, cur, cause := c.read()
+	if cause == nil {
+		return nil, nil
+	}
+	if !errors.Is(cause, store.ErrCorrupt) {
+		return nil, cause
+	}
+	if err := c.Dir.ClearJunk(c.Reservation); err != nil && !errors.Is(err, statefs.ErrNoJunk) {
+		return nil, err
+	}
+	floor := min(max(statefs.Salvage(cur.Raw, "reserved"), statefs.Salvage(cur.Raw, "fence"), floorHint, uint64(now.UnixMicro())), Max-Block)
+	if err := c.reserve(statefs.Slotted{}, reservation{Reserved: floor}); err != nil {
+		return nil, err
+	}
+	// The counter may still be this boot's, below the new floor.
+	if err := c.writeCounter(fd, statefs.Slotted{}, counter{}); err != nil {
+		return nil, err
+	}
+	return &Repaired{Cause: cause, From: floor + 1}, nil
+}
+
+// bootID identifies this boot of the kernel; "" if it cannot be read,
+// which makes every Take reserve durably.
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
