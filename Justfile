@@ -43,8 +43,9 @@ integration:
 chaos minutes="5":
     FENCERUN_CHAOS_MINUTES={{minutes}} go test -race -count=1 -run 'Chaos' -timeout 0 ./integration/...
 
-# Benchmarks: fencerun against flock(1) in one run (docs/CONTRACT.md P1-P6), the store's Go
-# benchmarks included; rewrites BENCHMARKS.md. Flags pass through: just bench -bench-count 6
+# Benchmarks: fencerun against flock(1), and fencerun --etcd against etcdctl lock on an etcd
+# server of its own (docs/CONTRACT.md P1-P7), the store's Go benchmarks included; rewrites
+# BENCHMARKS.md. Flags pass through: just bench -bench-count 6; just bench -only p7 (prints only)
 bench *FLAGS:
     command -v flock >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)
     command -v gcc >/dev/null || (apt-get update -qq && apt-get install -y -qq gcc libc6-dev)

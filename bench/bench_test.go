@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
 )
 
 func TestQuantile(t *testing.T) {
@@ -104,16 +107,21 @@ func smokeConfig(t *testing.T) config {
 		Root: root, Tmp: t.TempDir(),
 		Runs: 3, Warmup: 1,
 		LoopWaiters: 3, LoopRuns: 3, LoopRounds: 1,
-		Hold: 500 * time.Millisecond, HoldTTL: time.Second, Holds: 1,
+		Hold: 500 * time.Millisecond, HoldTTL: 2 * time.Second, Holds: 1, // 2 s: etcd's shortest lease
 		Keys: 20, FewKeys: 4, ListRuns: 2,
 		SeqRuns: 4, SeqBlock: 2, Drain: 3, DrainRounds: 1,
 		Guard: 30 * time.Second,
+		// Debian's etcdctl only: building the current one needs the
+		// module proxy and a minute; `go run ./bench -only p7` does it.
+		Etcdctl: "none",
 	}
 }
 
 // TestSmoke runs the whole harness with tiny counts and checks the table has
 // every row with sane values: flock(1)'s always, fencerun's whenever
-// ./cmd/fencerun builds. It asserts nothing about timing.
+// ./cmd/fencerun builds, P7's (fencerun --etcd and etcdctl lock) whenever
+// an etcd server is installed or FENCERUN_REQUIRE_ETCD asks for one. It
+// asserts nothing about timing.
 func TestSmoke(t *testing.T) {
 	cfg := smokeConfig(t)
 	h, err := newHarness(cfg)
@@ -132,8 +140,10 @@ func TestSmoke(t *testing.T) {
 	t.Log("\n" + doc)
 
 	// fencerun's rows, each beside its --cgroup off row where it has one,
-	// and P1's cgroup against --cgroup off.
-	wantIDs := []string{"P1", "P1", "P1", "P1", "P1", "P1", "P1", "P2", "P2", "P2", "P2", "P2", "P3", "P3", "P3", "P3", "P4", "P4", "P5", "P5", "P6", "P6"}
+	// and P1's cgroup against --cgroup off; P7's quick rows after P3, its
+	// hold's beside P4/P5's.
+	wantIDs := []string{"P1", "P1", "P1", "P1", "P1", "P1", "P1", "P2", "P2", "P2", "P2", "P2", "P3", "P3", "P3", "P3",
+		"P7", "P7", "P7", "P4", "P4", "P5", "P5", "P7", "P7", "P6", "P6"}
 	var gotIDs []string
 	for _, r := range rows {
 		gotIDs = append(gotIDs, r.id)
@@ -158,7 +168,14 @@ func TestSmoke(t *testing.T) {
 		}
 		return
 	}
+	noEtcd := etcdtest.Binary() == "" && os.Getenv("FENCERUN_REQUIRE_ETCD") == ""
 	for _, r := range rows {
+		if r.id == "P7" && noEtcd {
+			if r.subj.err == nil || !strings.Contains(r.subj.err.Error(), "P7 skipped") {
+				t.Errorf("%s %s without an etcd server: %v, want it said skipped", r.id, r.figure, r.subj.err)
+			}
+			continue
+		}
 		checkSane(t, r.id+" "+r.figure, r.subj)
 		if r.peer != nil {
 			checkSane(t, r.id+" "+r.figure+" (peer)", r.peer)
@@ -196,7 +213,7 @@ func TestHandoffNeedsALock(t *testing.T) {
 	none := &tool{
 		name:   "no lock",
 		argv:   func(_ lockSpec, cmd ...string) []string { return cmd },
-		queued: func(lockSpec, int) (bool, error) { return false, nil },
+		queued: func(lockSpec, int, int) (bool, error) { return false, nil },
 	}
 	l, err := h.scenarioDir("none")
 	if err != nil {
@@ -242,5 +259,32 @@ func TestInterleave(t *testing.T) {
 	})
 	if sc.err == nil {
 		t.Error("a tool that cannot run left no reason in its sample")
+	}
+}
+
+func TestOnly(t *testing.T) {
+	c := defaultConfig()
+	c.Only = []string{"p7", "P4"}
+	for id, want := range map[string]bool{"P1": false, "P4": true, "P5": true, "P6": false, "P7": true} {
+		if got := c.wants(id); got != want {
+			t.Errorf("-only p7,P4: wants(%s) = %v, want %v", id, got, want)
+		}
+	}
+	if !defaultConfig().wants("P3") {
+		t.Error("no -only: P3 not wanted")
+	}
+	for _, bad := range []string{"p8", "7", "p77", ""} {
+		c.Only = []string{bad}
+		if err := c.validate(); err == nil {
+			t.Errorf("-only %q accepted", bad)
+		}
+	}
+	c.Only, c.HoldTTL = []string{"p7"}, time.Second
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "2s") {
+		t.Errorf("P7 with a 1s hold TTL: %v, want refused naming etcd's 2s", err)
+	}
+	c.Only = []string{"p4"}
+	if err := c.validate(); err != nil {
+		t.Errorf("P4 alone with a 1s hold TTL: %v", err)
 	}
 }

@@ -36,6 +36,28 @@ type config struct {
 	BenchCount  int           // -count of the store's Go benchmarks; 0 skips them
 	Guard       time.Duration // a process that runs longer is killed: a failure guard, never a measure
 	Keep        bool          // keep the work directory
+	// Only names the figures to measure (p1 … p7; p4 brings p5); empty:
+	// all of them.
+	Only []string
+	// Etcdctl is the current etcdctl for P7 beside Debian's: empty, build
+	// it from the module proxy; "none", measure Debian's only.
+	Etcdctl string
+}
+
+// wants says whether figure id (P1 … P7) is to be measured.
+func (c config) wants(id string) bool {
+	if len(c.Only) == 0 {
+		return true
+	}
+	if id == "P5" {
+		id = "P4" // one hold measures both
+	}
+	for _, o := range c.Only {
+		if strings.EqualFold(o, id) {
+			return true
+		}
+	}
+	return false
 }
 
 func defaultConfig() config {
@@ -78,6 +100,13 @@ func (c config) validate() error {
 		return errors.New("bench: the hold TTL must be at least 1s, as for fencerun")
 	case c.Guard <= 0:
 		return errors.New("bench: the guard must be positive")
+	case c.wants("P7") && c.HoldTTL < 2*time.Second:
+		return errors.New("bench: P7 needs a hold TTL of at least 2s, etcd's shortest lease")
+	}
+	for _, o := range c.Only {
+		if len(o) != 2 || (o[0] != 'p' && o[0] != 'P') || o[1] < '1' || o[1] > '7' {
+			return fmt.Errorf("bench: -only %q: figures are p1 … p7", o)
+		}
 	}
 	return nil
 }
@@ -98,7 +127,8 @@ type harness struct {
 	// containment costs is fencerun's figures next to its.
 	fencerunOff *tool
 	flock       *tool
-	populate    string // path of the populate program; "" when it did not build
+	populate    string     // path of the populate program; "" when it did not build
+	etcd        *etcdBench // P7's server and tools; nil when P7 is not measured
 
 	notes []string // said under the table: how figures were taken, what went wrong
 }
@@ -135,10 +165,16 @@ func newHarness(cfg config) (*harness, error) {
 		err = fmt.Errorf("flock(1) not found (Debian: apt-get install util-linux): %w", err)
 	}
 	h.flock = h.flockTool(flockBin, err)
+	if cfg.wants("P7") {
+		h.etcd = h.startEtcd(bin, h.fencerun.err)
+	}
 	return h, nil
 }
 
 func (h *harness) close() {
+	if h.etcd != nil {
+		h.etcd.close()
+	}
 	if h.cfg.Keep {
 		fmt.Fprintf(os.Stderr, "bench: kept %s\n", h.work)
 		return

@@ -1,10 +1,13 @@
 // Command bench measures fencerun against its peers and writes the table of
-// BENCHMARKS.md (issue 3; CONTRACT.md P1–P6).
+// BENCHMARKS.md (issue 3; CONTRACT.md P1–P7).
 //
-// It builds fencerun from ./cmd/fencerun and a tiny static stamp program
-// from bench/stamp/stamp.c, then runs each scenario on fresh state
-// directories of the file backend, alternating fencerun and flock(1) run by
-// run after warm-up runs. It prints the table, with each figure's median,
+// It builds fencerun from ./cmd/fencerun (and fencerun-etcd beside it) and
+// a tiny static stamp program from bench/stamp/stamp.c, then runs each
+// scenario on fresh state directories of the file backend, alternating
+// fencerun and flock(1) run by run after warm-up runs; for P7 it starts an
+// etcd server of its own and runs fencerun --etcd against `etcdctl lock`
+// (Debian's, and the current one it builds) the same way. -only picks
+// figures. It prints the table, with each figure's median,
 // spread, ratio to the peer and goal, and writes it with the date and the
 // machine to BENCHMARKS.md.
 //
@@ -12,7 +15,10 @@
 // this machine, and that a figure it could not measure says why instead of
 // showing a number. It does not guarantee quiet: other load on the machine
 // lands in the figures, which is why runs are interleaved and medians
-// reported. It needs Linux, gcc and flock(1) (util-linux); nothing else.
+// reported. It needs Linux, gcc and flock(1) (util-linux); P7 needs etcd
+// and etcdctl (Debian: etcd-server, etcd-client) and says it was skipped
+// and why when they are missing, and the module proxy for the current
+// etcdctl.
 package main
 
 import (
@@ -51,7 +57,17 @@ func main() {
 	flag.IntVar(&cfg.BenchCount, "bench-count", cfg.BenchCount, "-count for the store's Go benchmarks (6 for benchstat); 0 skips them")
 	flag.DurationVar(&cfg.Guard, "guard", cfg.Guard, "kill any process of the harness that runs longer (a failure guard)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work directory, to look at state and stderr files")
+	only := flag.String("only", "", "measure only these figures, comma-separated (p1,…,p7; p4 brings p5), and print the table without writing -out unless it is given")
+	flag.StringVar(&cfg.Etcdctl, "etcdctl", "", "P7: the current etcdctl to measure beside Debian's (default: build it from the module proxy at the etcd client's version; none: Debian's only)")
 	flag.Parse()
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+		outGiven := false
+		flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
+		if !outGiven {
+			out = "-" // a partial table never replaces the whole one unasked
+		}
+	}
 
 	if err := run(cfg, out); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -85,27 +101,47 @@ func run(cfg config, out string) error {
 	return os.WriteFile(out, []byte(doc), 0o644)
 }
 
-// measure runs every scenario in order, the long hold last but one so an
-// interrupted run has the quick figures first.
+// measure runs every scenario asked for (-only) in order, the long hold
+// last but one so an interrupted run has the quick figures first.
 func (h *harness) measure() []row {
 	h.calibrate()
-	file := h.filePair("P1")
-	rows := h.uncontended(file)
-	rows = append(rows, h.throughput(file)...)
-	// What containment costs at start and stop: the cgroup (the default
-	// where one can be made) next to --cgroup off.
-	contained := h.uncontended(pair{id: "P1", subj: h.fencerun, peer: h.fencerunOff})
-	contained[0].figure = "uncontended `run --key k -- true`, wall time: cgroup (auto) vs `--cgroup off`"
-	contained[0].goal = goal{text: "—"}
-	rows = append(rows, contained[0])
-	file.id = "P2"
-	rows = append(rows, h.handoff(file)...)
-	rows = append(rows, h.handoffRate(file))
-	rows = append(rows, h.drain(file)...)
-	rows = append(rows, h.revoke(h.fencerun, atMost(0.100, seconds))...)
-	rows = append(rows, h.revoke(h.fencerunOff, goal{text: "—"})...)
-	rows = append(rows, h.hold()...)
-	rows = append(rows, h.keys()...)
+	var rows []row
+	if h.cfg.wants("P1") {
+		file := h.filePair("P1")
+		rows = append(rows, h.uncontended(file)...)
+		rows = append(rows, h.throughput(file)...)
+		// What containment costs at start and stop: the cgroup (the
+		// default where one can be made) next to --cgroup off.
+		contained := h.uncontended(pair{id: "P1", subj: h.fencerun, peer: h.fencerunOff, run: goal{text: "—"}})
+		contained[0].figure = "uncontended `run --key k -- true`, wall time: cgroup (auto) vs `--cgroup off`"
+		rows = append(rows, contained[0])
+	}
+	if h.cfg.wants("P2") {
+		file := h.filePair("P2")
+		rows = append(rows, h.handoff(file)...)
+		rows = append(rows, h.handoffRate(file))
+		rows = append(rows, h.drain(file)...)
+	}
+	if h.cfg.wants("P3") {
+		rows = append(rows, h.revoke(h.fencerun, atMost(0.100, seconds))...)
+		rows = append(rows, h.revoke(h.fencerunOff, goal{text: "—"})...)
+	}
+	var holds []holdSet
+	if h.cfg.wants("P4") {
+		holds = append(holds, h.fileHold())
+	}
+	if h.cfg.wants("P7") {
+		etcd := h.etcd.pair()
+		rows = append(rows, h.uncontended(etcd)...)
+		rows = append(rows, h.handoff(etcd)...)
+		holds = append(holds, h.etcdHold(h.etcd))
+	}
+	if len(holds) > 0 {
+		rows = append(rows, h.hold(holds...)...)
+	}
+	if h.cfg.wants("P6") {
+		rows = append(rows, h.keys()...)
+	}
 	return rows
 }
 

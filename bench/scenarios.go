@@ -49,8 +49,8 @@ func interleave(tools []*tool, samples []*sample, warm, n int, one func(j int, t
 // specs makes a fresh state directory for each tool of a scenario.
 func (h *harness) specs(name string, tools []*tool, samples []*sample) []lockSpec {
 	specs := make([]lockSpec, len(tools))
-	for j := range tools {
-		l, err := h.scenarioDir(fmt.Sprintf("%s-%d", name, j))
+	for j, t := range tools {
+		l, err := h.lockFor(t, fmt.Sprintf("%s-%d", name, j))
 		if err != nil {
 			samples[j].fail(err)
 		}
@@ -59,37 +59,64 @@ func (h *harness) specs(name string, tools []*tool, samples []*sample) []lockSpe
 	return specs
 }
 
+// lockFor is a fresh lock for one scenario of tool t: k in a fresh state
+// directory, or on a shared server a key named after that directory.
+func (h *harness) lockFor(t *tool, name string) (lockSpec, error) {
+	l, err := h.scenarioDir(name)
+	if err == nil && t.shared {
+		l.key = "bench-" + filepath.Base(l.files)
+	}
+	return l, err
+}
+
 // A pair is fencerun on one backend and the peer it is measured against
-// there: flock(1) for the file backend (P1, P2); the etcd issue adds
-// fencerun --etcd against `etcdctl lock` and runs the same scenarios as P7.
+// there: flock(1) for the file backend (P1, P2), `etcdctl lock` for etcd
+// (P7, through the same scenarios).
 //
 // alt, where set, is fencerun with another setting measured beside subj in
 // the same interleaving against the same peer: `--cgroup off` beside the
-// default `--cgroup auto` on the file backend.
+// default `--cgroup auto` on the file backend. peer2, where set, is a
+// second peer measured in the same interleaving against the same subj
+// sample: the current etcdctl beside Debian's.
 type pair struct {
-	id   string // the contract figure the rows are for
-	subj *tool
-	peer *tool
-	alt  *tool
+	id    string // the contract figure the rows are for
+	subj  *tool
+	peer  *tool
+	alt   *tool
+	peer2 *tool
+	// run and handoff are the goals of the uncontended run's wall time
+	// and of the handoff.
+	run, handoff goal
 }
 
 func (pr pair) tools() []*tool {
+	t := []*tool{pr.subj, pr.peer}
 	if pr.alt != nil {
-		return []*tool{pr.subj, pr.peer, pr.alt}
+		t = append(t, pr.alt)
 	}
-	return []*tool{pr.subj, pr.peer}
+	if pr.peer2 != nil {
+		t = append(t, pr.peer2)
+	}
+	return t
 }
 
-// rows makes a figure's row, subj against peer, and with alt a second row
-// for alt against the same peer sample; samples line up with tools().
+// rows makes a figure's row, subj against peer; with alt a second row for
+// alt against the same peer sample; with peer2 a row of subj's sample
+// against peer2. Samples line up with tools().
 func (pr pair) rows(figure string, u unit, g goal) ([]row, []*sample) {
 	r := newRow(pr.id, figure, u, pr.peer.name, g)
-	if pr.alt == nil {
-		return []row{r}, []*sample{r.subj, r.peer}
+	rows, samples := []row{r}, []*sample{r.subj, r.peer}
+	if pr.alt != nil {
+		a := newRow(pr.id, figure+", "+altLabel(pr.alt), u, pr.peer.name, g)
+		a.peer = r.peer
+		rows, samples = append(rows, a), append(samples, a.subj)
 	}
-	a := newRow(pr.id, figure+", "+altLabel(pr.alt), u, pr.peer.name, g)
-	a.peer = r.peer
-	return []row{r, a}, []*sample{r.subj, r.peer, a.subj}
+	if pr.peer2 != nil {
+		p := newRow(pr.id, figure, u, pr.peer2.name, g)
+		p.subj = r.subj
+		rows, samples = append(rows, p), append(samples, p.peer)
+	}
+	return rows, samples
 }
 
 // altLabel is what the alt tool changes: its name after "fencerun ".
@@ -98,7 +125,7 @@ func altLabel(t *tool) string {
 }
 
 func (h *harness) filePair(id string) pair {
-	return pair{id: id, subj: h.fencerun, peer: h.flock, alt: h.fencerunOff}
+	return pair{id: id, subj: h.fencerun, peer: h.flock, alt: h.fencerunOff, run: ratioAtMost(2), handoff: ratioAtMost(1.5)}
 }
 
 func (h *harness) progress(format string, args ...any) {
@@ -163,7 +190,7 @@ func describe(s *sample, u unit) string {
 // renewals (P4).
 func (h *harness) uncontended(pr pair) []row {
 	h.progress("%s uncontended runs, %s", pr.id, names(pr.tools()))
-	wall, samples := pr.rows("uncontended `run --key k -- true`, wall time", seconds, ratioAtMost(2))
+	wall, samples := pr.rows("uncontended `run --key k -- true`, wall time", seconds, pr.run)
 	cpu, cpus := pr.rows("uncontended `run --key k -- true`, CPU (utime+stime)", seconds, goal{text: "—"})
 	tools := pr.tools()
 	specs := h.specs(strings.ToLower(pr.id)+"-run", tools, samples)
@@ -214,7 +241,7 @@ func (h *harness) throughput(pr pair) []row {
 // waiter's command starting, both moments stamped on CLOCK_MONOTONIC.
 func (h *harness) handoff(pr pair) []row {
 	h.progress("%s handoff latency, %s", pr.id, names(pr.tools()))
-	rows, samples := pr.rows("handoff: holder's command exits → waiter's command starts", seconds, ratioAtMost(1.5))
+	rows, samples := pr.rows("handoff: holder's command exits → waiter's command starts", seconds, pr.handoff)
 	tools := pr.tools()
 	if h.stampErr != nil {
 		for _, s := range samples {
@@ -251,7 +278,7 @@ func (h *harness) handoffOnce(t *tool, l lockSpec) (float64, error) {
 		holder.kill()
 		return 0, err
 	}
-	if err := h.settle(t, l, waiter); err != nil {
+	if err := h.settle(t, l, waiter, 1); err != nil {
 		w.Close()
 		holder.kill()
 		waiter.kill()
@@ -277,10 +304,10 @@ func (h *harness) handoffOnce(t *tool, l lockSpec) (float64, error) {
 	return float64(started-exited) / 1e9, nil
 }
 
-// settle waits until p is queued for l and every thread of it has been
-// asleep for a few consecutive looks: then the handoff measures waking a
-// settled waiter, not one still starting up.
-func (h *harness) settle(t *tool, l lockSpec, p *proc) error {
+// settle waits until p, with ahead contenders before it, is queued for l
+// and every thread of it has been asleep for a few consecutive looks: then
+// the handoff measures waking a settled waiter, not one still starting up.
+func (h *harness) settle(t *tool, l lockSpec, p *proc, ahead int) error {
 	deadline := time.Now().Add(h.cfg.Guard)
 	for queued := false; !queued; {
 		select {
@@ -289,7 +316,7 @@ func (h *harness) settle(t *tool, l lockSpec, p *proc) error {
 		default:
 		}
 		var err error
-		if queued, err = t.queued(l, p.pid()); err != nil {
+		if queued, err = t.queued(l, p.pid(), ahead); err != nil {
 			return fmt.Errorf("is the waiter queued: %w", err)
 		}
 		if time.Now().After(deadline) {
@@ -411,7 +438,7 @@ func (h *harness) drainOnce(t *tool, l lockSpec) (float64, error) {
 			return 0, err
 		}
 		waiters = append(waiters, p)
-		if err := h.settle(t, l, p); err != nil {
+		if err := h.settle(t, l, p, len(waiters)); err != nil {
 			stop()
 			return 0, err
 		}
@@ -545,79 +572,115 @@ func waitDead(fds []unix.PollFd, guard time.Duration) error {
 	return nil
 }
 
-// hold is P4 and P5: Holds wrappers of each tool hold a lease at once for
-// Hold with a HoldTTL TTL, their command a shell blocked on a fifo. Peak RSS
-// is read from /proc just before the command is let go; CPU is the wrapper's
-// rusage from wait4, which includes its startup, acquire and release, and
-// the shell it waited for (under 1 ms, the same for every tool).
-func (h *harness) hold() []row {
-	h.progress("P4/P5 %d holds of %s at TTL %s", h.cfg.Holds, human(h.cfg.Hold), human(h.cfg.HoldTTL))
-	pr := h.filePair("P4")
-	cpu, cpus := pr.rows(fmt.Sprintf("CPU of the wrapper, %s hold at %s TTL, start-up included", human(h.cfg.Hold), human(h.cfg.HoldTTL)), seconds, atMost(0.025, seconds))
-	pr.id = "P5"
-	rss, rsss := pr.rows("peak RSS (VmHWM) of the wrapper", bytes, atMost(20<<20, bytes))
-	tools := pr.tools()
-	type held struct {
-		j int
-		p *proc
-		w *os.File
+// A holdSet is one backend's tools in the long hold: the rows of their
+// CPU and peak RSS.
+type holdSet struct {
+	pr           pair
+	cpuID, rssID string
+	cpuFigure    string // the CPU row's figure
+	cpu, rss     goal
+}
+
+// filePair's hold: P4 and P5.
+func (h *harness) fileHold() holdSet {
+	return holdSet{
+		pr: h.filePair("P4"), cpuID: "P4", rssID: "P5",
+		cpuFigure: fmt.Sprintf("CPU of the wrapper, %s hold at %s TTL, start-up included", human(h.cfg.Hold), human(h.cfg.HoldTTL)),
+		cpu:       atMost(0.025, seconds), rss: atMost(20<<20, bytes),
 	}
-	var holds []held
+}
+
+// hold is P4 and P5 (and P7's hold on etcd): Holds wrappers of each tool
+// of every set hold a lease at once for Hold with a HoldTTL TTL, their
+// command a shell blocked on a fifo. Peak RSS is read from /proc just
+// before the command is let go; CPU is the wrapper's rusage from wait4,
+// which includes its startup, acquire and release, and the shell it waited
+// for (under 1 ms, the same for every tool).
+func (h *harness) hold(sets ...holdSet) []row {
+	h.progress("P4/P5 %d holds of %s at TTL %s", h.cfg.Holds, human(h.cfg.Hold), human(h.cfg.HoldTTL))
+	type held struct {
+		cpu, rss *sample
+		p        *proc
+		w        *os.File
+	}
+	var (
+		rows  []row
+		holds []held
+	)
+	type setSamples struct {
+		tools      []*tool
+		cpus, rsss []*sample
+	}
+	all := make([]setSamples, len(sets))
+	for k, set := range sets {
+		pr := set.pr
+		pr.id = set.cpuID
+		cpu, cpus := pr.rows(set.cpuFigure, seconds, set.cpu)
+		pr.id = set.rssID
+		rss, rsss := pr.rows("peak RSS (VmHWM) of the wrapper", bytes, set.rss)
+		rows = append(append(rows, cpu...), rss...)
+		all[k] = setSamples{pr.tools(), cpus, rsss}
+	}
 	for i := range h.cfg.Holds {
-		for j, t := range tools {
-			if t.err != nil {
-				cpus[j].fail(t.err)
-				rsss[j].fail(t.err)
-				continue
+		for k, ss := range all {
+			for j, t := range ss.tools {
+				cpu, rss := ss.cpus[j], ss.rsss[j]
+				if t.err != nil {
+					cpu.fail(t.err)
+					rss.fail(t.err)
+					continue
+				}
+				l, err := h.lockFor(t, fmt.Sprintf("hold-%d-%d-%d", k, j, i))
+				if err != nil {
+					cpu.fail(err)
+					continue
+				}
+				l.ttl = h.cfg.HoldTTL
+				fifo := filepath.Join(l.files, "go")
+				if err := mkfifo(fifo); err != nil {
+					cpu.fail(err)
+					continue
+				}
+				p, err := h.startFor(t.argv(l, "sh", "-c", `read x < "$1"`, "sh", fifo), h.cfg.Hold)
+				if err != nil {
+					cpu.fail(err)
+					continue
+				}
+				w, err := openFIFO(fifo, os.O_WRONLY, p.done, h.cfg.Guard)
+				if err != nil {
+					p.kill()
+					cpu.fail(fmt.Errorf("held command did not start: %w%s", err, p.stderrTail()))
+					continue
+				}
+				holds = append(holds, held{cpu, rss, p, w})
 			}
-			l, err := h.scenarioDir(fmt.Sprintf("p4-%d-%d", j, i))
-			if err != nil {
-				cpus[j].fail(err)
-				continue
-			}
-			l.ttl = h.cfg.HoldTTL
-			fifo := filepath.Join(l.files, "go")
-			if err := mkfifo(fifo); err != nil {
-				cpus[j].fail(err)
-				continue
-			}
-			p, err := h.startFor(t.argv(l, "sh", "-c", `read x < "$1"`, "sh", fifo), h.cfg.Hold)
-			if err != nil {
-				cpus[j].fail(err)
-				continue
-			}
-			w, err := openFIFO(fifo, os.O_WRONLY, p.done, h.cfg.Guard)
-			if err != nil {
-				p.kill()
-				cpus[j].fail(fmt.Errorf("held command did not start: %w%s", err, p.stderrTail()))
-				continue
-			}
-			holds = append(holds, held{j, p, w})
 		}
 	}
 	time.Sleep(h.cfg.Hold) // the figure is the cost of holding this long
 	for _, x := range holds {
 		if v, err := vmHWM(x.p.pid()); err != nil {
-			rsss[x.j].fail(err)
+			x.rss.fail(err)
 		} else {
-			rsss[x.j].add(v)
+			x.rss.add(v)
 		}
 		_, _ = x.w.WriteString("\n")
 		x.w.Close()
 	}
 	for _, x := range holds {
 		if err := x.p.wait(0); err != nil {
-			cpus[x.j].fail(err)
+			x.cpu.fail(err)
 			continue
 		}
-		cpus[x.j].add(cpuTime(x.p.cmd.ProcessState).Seconds())
+		x.cpu.add(cpuTime(x.p.cmd.ProcessState).Seconds())
 	}
-	for j := range tools {
-		if rsss[j].err == nil && cpus[j].err != nil && len(rsss[j].vals) == 0 {
-			rsss[j].fail(cpus[j].err)
+	for _, ss := range all {
+		for j := range ss.tools {
+			if ss.rsss[j].err == nil && ss.cpus[j].err != nil && len(ss.rsss[j].vals) == 0 {
+				ss.rsss[j].fail(ss.cpus[j].err)
+			}
 		}
 	}
-	return append(cpu, rss...)
+	return rows
 }
 
 // keyFormat names P6's keys by index, for the CLI and bench/populate alike.

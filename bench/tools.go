@@ -22,16 +22,21 @@ type lockSpec struct {
 }
 
 // A tool is one way to run a command while holding a lock: fencerun on a
-// backend, or a peer it is measured against. The etcd rows (P7) add a
-// fencerun --etcd tool and an `etcdctl lock` peer of this shape.
+// backend, or a peer it is measured against: flock(1) for the file
+// backend, `etcdctl lock` for etcd (P7, etcd.go).
 type tool struct {
 	name string
 	err  error // set: the tool cannot run here, and why
+	// shared: the tool's locks live on one server (etcd), so each
+	// scenario's lock is a key of its own there, not k in a fresh directory.
+	shared bool
 	// argv runs cmd while holding l, waiting for it as long as it takes.
 	argv func(l lockSpec, cmd ...string) []string
 	// queued reports whether the process pid is waiting for l: it has
-	// asked for the lock and is not holding it.
-	queued func(l lockSpec, pid int) (bool, error)
+	// asked for the lock and is not holding it. ahead is how many of the
+	// harness's contenders for l asked before it (the holder included),
+	// for a tool whose queue does not name its waiters' pids.
+	queued func(l lockSpec, pid, ahead int) (bool, error)
 	// cli runs one of fencerun's other commands (status, list, release)
 	// against l's store; nil for a peer that has none.
 	cli func(l lockSpec, args ...string) []string
@@ -40,18 +45,25 @@ type tool struct {
 // fencerunTool is fencerun on the file backend; runFlags are given to each
 // run (and name the tool).
 func (h *harness) fencerunTool(bin string, buildErr error, runFlags ...string) *tool {
-	t := &tool{name: strings.Join(append([]string{"fencerun"}, runFlags...), " "), err: buildErr}
+	name := strings.Join(append([]string{"fencerun"}, runFlags...), " ")
+	return h.fencerunOn(name, bin, buildErr, func(l lockSpec) []string { return []string{"--dir", l.dir} }, runFlags...)
+}
+
+// fencerunOn is fencerun with the global flags backend gives it for a
+// lock, and runFlags given to each run.
+func (h *harness) fencerunOn(name, bin string, buildErr error, backend func(l lockSpec) []string, runFlags ...string) *tool {
+	t := &tool{name: name, err: buildErr}
 	t.argv = func(l lockSpec, cmd ...string) []string {
-		argv := append([]string{bin, "--dir", l.dir, "run", "--key", l.key}, runFlags...)
+		argv := append(append(append([]string{bin}, backend(l)...), "run", "--key", l.key), runFlags...)
 		if l.ttl > 0 {
 			argv = append(argv, "--ttl", l.ttl.String())
 		}
 		return append(append(argv, "--"), cmd...)
 	}
 	t.cli = func(l lockSpec, args ...string) []string {
-		return append([]string{bin, "--dir", l.dir}, args...)
+		return append(append([]string{bin}, backend(l)...), args...)
 	}
-	t.queued = func(l lockSpec, pid int) (bool, error) {
+	t.queued = func(l lockSpec, pid, _ int) (bool, error) {
 		out, err := h.output(t.cli(l, "status", l.key, "--json"), h.cfg.Guard)
 		if err != nil {
 			return false, err
@@ -80,7 +92,7 @@ func (h *harness) flockTool(bin string, lookErr error) *tool {
 		return append([]string{bin, filepath.Join(l.dir, l.key+".lock")}, cmd...)
 	}
 	// A process blocked in flock(2) is listed in /proc/locks behind "->".
-	t.queued = func(_ lockSpec, pid int) (bool, error) {
+	t.queued = func(_ lockSpec, pid, _ int) (bool, error) {
 		f, err := os.Open("/proc/locks")
 		if err != nil {
 			return false, err

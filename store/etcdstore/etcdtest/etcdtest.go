@@ -1,5 +1,5 @@
 // Package etcdtest starts real etcd server processes (/usr/bin/etcd, or
-// $FENCERUN_TEST_ETCD) for tests: one member or several, on free loopback
+// $FENCERUN_TEST_ETCD) for tests, and for the bench (StartServer): one member or several, on free loopback
 // ports, in the test's temporary directory, optionally with TLS, and lets a
 // test stop, pause, resume and kill members. Tests that need it skip when
 // no etcd binary is installed unless FENCERUN_REQUIRE_ETCD is set (CI sets
@@ -15,6 +15,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -84,8 +85,58 @@ func Need(t testing.TB) {
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	Need(t)
+	c, err := launch(t.TempDir, o)
+	if c != nil {
+		t.Cleanup(c.kill)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.t = t
+	return c
+}
+
+// Server is a one-member etcd started outside a test, by bench/: the
+// same server and flags the tests run, in dir.
+type Server struct {
+	c *Cluster
+}
+
+// StartServer starts a one-member etcd in dir and waits until it
+// answers; Stop kills it.
+func StartServer(dir string) (*Server, error) {
+	if Binary() == "" {
+		return nil, errors.New("no etcd server installed (apt-get install etcd-server etcd-client)")
+	}
+	n := 0
+	c, err := launch(func() string {
+		n++
+		return filepath.Join(dir, fmt.Sprintf("m%d", n))
+	}, Options{})
+	if err != nil {
+		if c != nil {
+			c.kill()
+		}
+		return nil, err
+	}
+	return &Server{c: c}, nil
+}
+
+// URL is the server's client URL.
+func (s *Server) URL() string { return s.c.Endpoints() }
+
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.c.Members[0].Pid() }
+
+// Stop kills the server and waits until it is reaped.
+func (s *Server) Stop() { s.c.kill() }
+
+// launch starts the members, each in a directory newDir makes, and waits
+// until every one answers. On an error the members started so far are
+// in the Cluster it returns, for the caller to kill.
+func launch(newDir func() string, o Options) (*Cluster, error) {
 	n := max(o.Members, 1)
-	c := &Cluster{t: t, certs: o.Certs}
+	c := &Cluster{certs: o.Certs}
 	scheme := "http"
 	if o.Certs != nil {
 		scheme = "https"
@@ -93,8 +144,16 @@ func Start(t testing.TB, o Options) *Cluster {
 	var peers []string
 	token := fmt.Sprintf("fr-etcd-%d-%d", os.Getpid(), time.Now().UnixNano())
 	for i := range n {
-		m := &Member{Name: fmt.Sprintf("m%d", i), Client: scheme + "://" + freeAddr(t), dir: t.TempDir()}
-		peer := "http://" + freeAddr(t)
+		client, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		peer, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		m := &Member{Name: fmt.Sprintf("m%d", i), Client: scheme + "://" + client, dir: newDir()}
+		peer = "http://" + peer
 		peers = append(peers, m.Name+"="+peer)
 		m.args = []string{
 			"--name", m.Name, "--data-dir", filepath.Join(m.dir, "data"),
@@ -116,17 +175,22 @@ func Start(t testing.TB, o Options) *Cluster {
 	}
 	for _, m := range c.Members {
 		m.args = append(m.args, "--initial-cluster", strings.Join(peers, ","))
-		m.start(t)
-	}
-	t.Cleanup(func() {
-		for _, m := range c.Members {
-			m.Kill()
+		if err := m.launch(); err != nil {
+			return c, err
 		}
-	})
-	for _, m := range c.Members {
-		c.WaitReady(m)
 	}
-	return c
+	for _, m := range c.Members {
+		if err := c.ready(m); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Cluster) kill() {
+	for _, m := range c.Members {
+		m.Kill()
+	}
 }
 
 // Endpoints are the members' client URLs, comma-separated.
@@ -156,13 +220,24 @@ func (c *Cluster) Client() *clientv3.Client {
 // WaitReady waits until member m answers a linearizable read.
 func (c *Cluster) WaitReady(m *Member) {
 	c.t.Helper()
+	if err := c.ready(m); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// ready waits up to 30 s until member m answers a linearizable read.
+func (c *Cluster) ready(m *Member) error {
 	cfg := clientv3.Config{Endpoints: []string{m.Client}, DialTimeout: time.Second, Logger: zap.NewNop()}
 	if c.certs != nil {
-		cfg.TLS = c.certs.ClientTLS(c.t)
+		tc, err := c.certs.clientTLS()
+		if err != nil {
+			return err
+		}
+		cfg.TLS = tc
 	}
 	cl, err := clientv3.New(cfg)
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	defer cl.Close()
 	deadline := time.Now().Add(30 * time.Second)
@@ -171,10 +246,10 @@ func (c *Cluster) WaitReady(m *Member) {
 		_, err := cl.Get(ctx, "health")
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("etcd member %s at %s not ready: %v (log: %s)", m.Name, m.Client, err, m.LogTail())
+			return fmt.Errorf("etcd member %s at %s not ready: %v (log: %s)", m.Name, m.Client, err, m.LogTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -182,19 +257,30 @@ func (c *Cluster) WaitReady(m *Member) {
 
 func (m *Member) start(t testing.TB) {
 	t.Helper()
+	if err := m.launch(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (m *Member) launch() error {
+	if err := os.MkdirAll(m.dir, 0o700); err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(filepath.Join(m.dir, "etcd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer logf.Close()
 	m.cmd = exec.Command(Binary(), m.args...)
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := m.cmd.Start(); err != nil {
-		t.Fatalf("start etcd: %v", err)
+		m.cmd = nil
+		return fmt.Errorf("start etcd: %w", err)
 	}
 	m.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(m.cmd, m.done)
+	return nil
 }
 
 // Pid is the member's process id.
@@ -235,18 +321,24 @@ func (m *Member) LogTail() string {
 }
 
 // freeAddr is a loopback address with a port nobody listens on now.
-func freeAddr(t testing.TB) string {
-	t.Helper()
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 // FreeAddr is a loopback address nobody listens on, for "unreachable".
-func FreeAddr(t testing.TB) string { return freeAddr(t) }
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	a, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
 
 // Certs are PEM files of a test CA, a server certificate for 127.0.0.1 and
 // a client certificate, all signed by it. A cluster started with them
@@ -302,17 +394,25 @@ func NewCerts(t testing.TB) *Certs {
 // client certificate.
 func (c *Certs) ClientTLS(t testing.TB) *tls.Config {
 	t.Helper()
-	pem, err := os.ReadFile(c.CA)
+	cfg, err := c.clientTLS()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return cfg
+}
+
+func (c *Certs) clientTLS() (*tls.Config, error) {
+	pem, err := os.ReadFile(c.CA)
+	if err != nil {
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
 	pair, err := tls.LoadX509KeyPair(c.ClientCert, c.ClientKey)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}, nil
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {
