@@ -14,11 +14,18 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/internal/cli"
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/etcdstore"
 )
 
-func main() { os.Exit(cli.Main(os.Args[1:], open)) }
+func main() {
+	stamps.Mark("etcd.main")
+	code := cli.Main(os.Args[1:], open)
+	stamps.Mark("exit")
+	stamps.Dump()
+	os.Exit(code)
+}
 
 // open opens the etcd backend the flags name. TLS is used when a
 // certificate flag is given or an endpoint is https://.
@@ -32,5 +39,7 @@ func open(f cli.EtcdFlags, log hclog.Logger) (store.Store, error) {
 		}
 		o.TLS = cfg
 	}
-	return etcdstore.Open(o)
+	s, err := etcdstore.Open(o)
+	stamps.Mark("etcd.open")
+	return s, err
 }

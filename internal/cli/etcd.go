@@ -13,6 +13,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -106,6 +107,8 @@ func execEtcd(args []string) error {
 	if err != nil {
 		return err
 	}
+	stamps.Mark("exec")
+	stamps.Dump()
 	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
 	return fmt.Errorf("--etcd: exec %s: %w", path, err)
 }

@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -153,6 +154,7 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 	if err != nil {
 		return nil, nil, s.fail("grant a lease", orCause(ctx, err))
 	}
+	stamps.Mark("etcd.granted")
 	a.id = g.ID
 	a.term = store.Term{Start: start, TTL: time.Duration(g.TTL) * time.Second}
 	a.myKey = prefixOf(a.key) + leaseHex(g.ID)
@@ -174,6 +176,7 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 	if err != nil {
 		return nil, nil, s.fail("put "+a.myKey, orCause(ctx, err))
 	}
+	stamps.Mark("etcd.txn")
 	a.rev = resp.Header.Revision
 	if resp.Succeeded {
 		// The leftover record was put with the key: its create revision
@@ -194,6 +197,7 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 	if err := a.wait(ctx); err != nil {
 		return nil, nil, err
 	}
+	stamps.Mark("etcd.woken")
 	return a.confirm(ctx)
 }
 
@@ -330,6 +334,7 @@ func (a *acquirer) held(confirmed int64, records []*mvccpb.KeyValue) (*Lease, *s
 	}
 	l.pred, l.predKeys = predecessor(records, leftoverKey(a.key, a.id), a.s.host)
 	l.watch()
+	stamps.Mark("etcd.held")
 	a.s.log.Debug("acquired", "key", a.key, "fence", a.rev, "lease", leaseHex(a.id))
 	return l, nil, nil
 }

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -129,6 +130,8 @@ func (l *Lease) Tick(ctx context.Context, t time.Time) error {
 // transaction before it returns: a holder that dies after this leaves
 // what the next one needs to find its tree.
 func (l *Lease) SetCommand(ctx context.Context, group, session store.ProcessID) error {
+	stamps.Mark("etcd.setcommand")
+	defer stamps.Mark("etcd.setcommand.done")
 	l.mu.Lock()
 	l.left.Group, l.left.Session = group, session
 	left := putLeftover(l.key, l.id, l.left)
@@ -191,6 +194,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
+	stamps.Mark("etcd.release")
 	l.stopWatch()
 	octx, cancel := l.s.op(ctx)
 	defer cancel()
@@ -203,11 +207,13 @@ func (l *Lease) Release(ctx context.Context) error {
 	_, err := l.s.c.Txn(octx).If(l.mine()).
 		Then(clientv3.OpDelete(l.myKey), clientv3.OpDelete(descKey(l.id)), clientv3.OpDelete(cancelKey(l.id)), own).
 		Else(own).Commit()
+	stamps.Mark("etcd.release.txn")
 	if rerr := <-revoked; rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
 		// The keys are gone with the transaction; the lease, with no key
 		// left on it, expires by itself.
 		l.s.log.Debug("could not revoke a released lease; it expires by itself", "lease", leaseHex(l.id), "error", rerr)
 	}
+	stamps.Mark("etcd.release.revoked")
 	if err != nil {
 		return l.s.fail("release "+l.myKey, err)
 	}
