@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -223,6 +224,12 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	return r.exit(out)
 }
 
+// holdOnOneProc runs the rest of the run, the hold, on one P: what is left
+// is a renewal every TTL/3 and waiting, all of it one goroutine handing to
+// the next, and with a second P each hand-off woke another thread to spin
+// for work (P4, docs/DESIGN.md). The command's environment is not changed.
+func holdOnOneProc() { runtime.GOMAXPROCS(1) }
+
 // config is the run for package fenced: how to take the lease, start the
 // command under it and stop what dead predecessors left.
 func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path string, sigs <-chan os.Signal, ticks fenced.Ticks, clock fence.Clock) fenced.Config {
@@ -232,11 +239,15 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 		Start: func(lease store.Lease) (fenced.Process, error) {
 			stamps.Mark("acquired")
 			defer stamps.Mark("started")
-			return supervisor.Start(supervisor.Config{
+			p, err := supervisor.Start(supervisor.Config{
 				Argv: r.Command, Path: path, Env: r.commandEnv(lease, claim.Marker), Marker: claim.Marker,
 				StopSignal: stopSig, Grace: r.Grace, Logger: log.With("fence", lease.Fence()).Named("supervisor"),
 				Cgroup: claim.Cgroup, Clock: clock,
 			})
+			if err == nil {
+				holdOnOneProc()
+			}
+			return p, err
 		},
 		StopLeftovers: func(ctx context.Context, trees []store.Leftover) (bool, error) {
 			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"), Clock: clock})
