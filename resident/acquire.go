@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
@@ -109,9 +110,6 @@ func describeHolder(h *store.Holder) string {
 func Acquire(ctx context.Context, storePath string, c Claim) (*Role, *Refusal, error) {
 	p, err := pathsOf(storePath)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := checkDir(p.dir); err != nil {
 		return nil, nil, err
 	}
 	switch {
@@ -321,7 +319,7 @@ func (a *attempt) decide(pl payload) (time.Duration, *Refusal, error) {
 func (a *attempt) lock() (bool, error) {
 	for {
 		if a.fd < 0 {
-			fd, err := openState(a.p.lock, unix.O_RDWR|unix.O_CREAT, false)
+			fd, err := openFile(a.p.lock, unix.O_RDWR|unix.O_CREAT, false)
 			if err != nil {
 				return false, fmt.Errorf("resident: %w", err)
 			}
@@ -356,7 +354,7 @@ func (a *attempt) lock() (bool, error) {
 func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 	fd := a.fd
 	// Nobody else writes this file while we hold the lock: no range lock.
-	data, err := readAll(fd, a.p.lock)
+	data, err := statefs.ReadFD(fd, a.p.lock)
 	if err != nil {
 		return nil, fmt.Errorf("resident: %w", err)
 	}
@@ -370,12 +368,11 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 		// a dead holder's leftovers. release --resident PATH --force clears it.
 		return nil, fmt.Errorf("%w (release --resident %s --force clears it)", err, a.p.store)
 	case !empty:
-		pred, staleFence = stale.holder(), stale.Fence
-		leftovers = stale.trees()
-		pred.Leftovers = leftovers
+		staleFence, leftovers = stale.Fence, stale.trees()
+		pred = store.PredecessorOf(stale.holder(), leftovers)
 		a.log.Info("the previous holder died holding the role", "pid", stale.PID, "host", stale.Host, "fence", stale.Fence)
 	}
-	fence, err := nextFence(a.p.fence, staleFence)
+	fence, err := nextFence(a.p, staleFence)
 	if err != nil {
 		return nil, err
 	}

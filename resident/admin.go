@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -26,7 +27,7 @@ func Revoke(storePath string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	fd, err := openState(p.lock, unix.O_RDONLY, true)
+	fd, err := openFile(p.lock, unix.O_RDONLY, true)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return false, nil
@@ -36,7 +37,7 @@ func Revoke(storePath string) (bool, error) {
 		return false, fmt.Errorf("resident: release: %w", err)
 	}
 	defer unix.Close(fd)
-	held, err := probe(fd, p.lock)
+	held, err := statefs.ProbeFD(fd, p.lock)
 	if err != nil {
 		return false, fmt.Errorf("resident: release: %w", err)
 	}
@@ -62,23 +63,15 @@ func removeIfSame(fd int, path string) error {
 }
 
 // clearJunk removes a directory (empty), FIFO or other non-regular file
-// standing where the lock file belongs.
+// standing where the lock file belongs; a symlink there stays refused.
 func clearJunk(path string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		return nil
-	}
-	var err error
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFLNK:
-		return fmt.Errorf("%w: %s is a symlink; remove it by hand after checking who planted it", store.ErrUnsafe, path)
-	case unix.S_IFDIR:
-		err = unix.Rmdir(path)
-	default:
-		err = unix.Unlink(path)
-	}
+	d, name, err := openIn(path, true)
 	if err != nil {
-		return fmt.Errorf("resident: release: %w", &os.PathError{Op: "remove", Path: path, Err: err})
+		return fmt.Errorf("resident: release: %w", err)
+	}
+	defer d.Close()
+	if err := d.ClearJunk(name); err != nil && !errors.Is(err, statefs.ErrNoJunk) {
+		return fmt.Errorf("resident: release: %w", err)
 	}
 	return nil
 }
@@ -99,7 +92,7 @@ func Cancel(storePath string) (bool, error) {
 		return false, nil
 	}
 	p, _ := pathsOf(storePath)
-	if err := writeAtomic(p.cancel, []byte(strconv.FormatUint(st.Holder.Fence, 10)+"\n")); err != nil {
+	if err := writeFile(p.cancel, []byte(strconv.FormatUint(st.Holder.Fence, 10)+"\n")); err != nil {
 		return false, fmt.Errorf("resident: cancel: %w", err)
 	}
 	return true, nil
@@ -108,12 +101,12 @@ func Cancel(storePath string) (bool, error) {
 // cancelled reports whether the cancel file asks the holder with fence to
 // stop.
 func cancelled(p paths, fence uint64) bool {
-	fd, err := openState(p.cancel, unix.O_RDONLY, false)
+	fd, err := openFile(p.cancel, unix.O_RDONLY, false)
 	if err != nil {
 		return false
 	}
 	defer unix.Close(fd)
-	data, err := readAll(fd, p.cancel)
+	data, err := statefs.ReadFD(fd, p.cancel)
 	if err != nil {
 		return false
 	}

@@ -10,17 +10,23 @@
 //
 //	app.db.resident.lock      the role: flock(LOCK_EX) held by the holder for
 //	                          as long as it lives; its content is the payload
-//	app.db.resident.fence     {"schema":1,"fence":N}: the last fencing token
+//	app.db.resident.fence     the durable fence reservation (internal/fences)
+//	app.db.resident.fence-next this boot's fence counter, and the fence lock
 //	app.db.resident.handover  a newcomer's handover request (at most one)
 //	app.db.resident.cancel    a cancel request: the holder's fence (cancel --resident)
 //	app.db.resident.wait-*    a standby, locked by it while it waits (status shows it)
 //
 // The store path is its real path (R1: a symlink to the store is the same
-// role), and a path naming a directory is refused. A store directory that
-// group or others can write (without the sticky bit) is refused (R4). All
+// role), and a path naming a directory is refused. Every file is reached
+// through the file layer the file backend uses too (internal/statefs),
+// relative to the store directory opened with its Beside policy: a store
+// directory that group or others can write (without the sticky bit) is
+// refused (R4) by everything but Status and Revoke, which only look. All
 // files are created 0600 and opened with O_NOFOLLOW; a symlink, a directory
 // or another non-regular file in their place is an error naming it (B4),
-// and so is, except for Status, a file owned by another user. A payload
+// and so is, except for Status and Revoke, a file owned by another user.
+// Files are replaced by temporary file and rename, durably
+// (statefs.WriteAtomic); the payload is written in place. A payload
 // that cannot be read fails closed, held or not (S6): Acquire returns
 // store.ErrCorrupt naming the file, Status says corrupt, and Revoke
 // (release --resident --force) clears it. The lock file is deleted only by
@@ -55,11 +61,16 @@
 //     older slot, so a holder killed in the middle of one, or a power cut
 //     tearing its page, leaves the payload before it readable; a release is
 //     an empty slot.
-//   - Fencing tokens (S4) come from the fence file, written atomically
-//     (temp, fsync, rename, directory fsync) before the payload announces
-//     them, so a crash between the two loses a token that was never handed
-//     out, and tokens survive a reboot. The next token is one more than the
-//     larger of the fence file and a stale payload.
+//   - Fencing tokens (S4) come from the one fence allocator the file
+//     backend uses too (internal/fences): a reservation made durable
+//     before the payload announces a token it covers, so a crash between
+//     the two loses a token that was never handed out, and tokens survive
+//     a reboot (the next is then above the whole reservation). The next
+//     token is above every one handed out before and above a stale
+//     payload's. An earlier fencerun's fence file ({"schema":1,"fence":N})
+//     is read as a reservation of N: no token at or below it is handed out
+//     again. (An earlier fencerun meeting the new file fails closed on it
+//     as corrupt rather than reuse a token.)
 //   - Handover (R5) is decided by the holder. A newcomer whose build is
 //     strictly newer (Newer) writes a request naming the holder's fence; the
 //     holder sees it through inotify on the directory, takes it (renames it
@@ -92,8 +103,8 @@
 //   - The lock file must be on a local file system: on NFS, flock is emulated
 //     with byte-range locks and would conflict with the payload's OFD locks.
 //   - Liveness of a pid is judged on this host only; the role is one host's.
-//   - Deleting the fence file by hand restarts tokens from the stale payload
-//     (or 1), like deleting any state.
+//   - Deleting the fence files by hand restarts tokens from the stale
+//     payload (or 1), like deleting any state.
 //   - When a holder accepts a request but its command takes longer than the
 //     newcomer's HandoverWait to stop, the newcomer gives up
 //     (ReasonHandoverTimedOut) and the role is then free for whoever comes

@@ -1,61 +1,32 @@
 package resident
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/internal/fences"
 )
 
-// fenceRecord is the content of the fence file: the last token handed out.
-type fenceRecord struct {
-	Schema int    `json:"schema"`
-	Fence  uint64 `json:"fence"`
-}
+// The role's fencing tokens (S4) come from the one fence allocator of
+// fencerun's state, internal/fences, as the file backend's do: a durable
+// reservation in <store>.resident.fence, a block of fences at a time, and
+// the exact counter of this boot in <store>.resident.fence-next. An
+// earlier fencerun's fence file there ({"schema":1,"fence":N}, the last
+// token it handed out) is read as a reservation of N, so no token at or
+// below N is handed out again; the next reservation replaces it.
 
-// readFence returns the last token recorded at path, 0 when there is no
-// file yet. A file that cannot be parsed fails closed (S6): store.ErrCorrupt
-// naming it.
-func readFence(path string) (uint64, error) {
-	fd, err := openState(path, unix.O_RDONLY, false)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
+// nextFence records and returns the token after both every token handed
+// out before and stale (a dead holder's payload). Call it holding the
+// role's flock. The reservation covering it is durable before it is
+// returned, so no token is handed out twice, across a crash or a reboot.
+func nextFence(p paths, stale uint64) (uint64, error) {
+	d, name, err := openIn(p.fence, false)
 	if err != nil {
 		return 0, err
 	}
-	defer unix.Close(fd)
-	data, err := readAll(fd, path)
+	defer d.Close()
+	fence, err := fences.Counter{Dir: d, Reservation: name, Lock: name + "-next"}.Take(stale + 1)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("resident: %w", err)
 	}
-	var r fenceRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		return 0, fmt.Errorf("%w: %s: %v", store.ErrCorrupt, path, err)
-	}
-	if r.Schema != schema {
-		return 0, fmt.Errorf("%w: %s: unknown schema %d", store.ErrCorrupt, path, r.Schema)
-	}
-	return r.Fence, nil
-}
-
-// nextFence records and returns the token after both the fence file's and
-// stale's (a dead holder's payload). Call it holding the role's flock. The
-// record is durable before the token is returned, so no token is handed out
-// twice, across a crash or a reboot (S4).
-func nextFence(path string, stale uint64) (uint64, error) {
-	last, err := readFence(path)
-	if err != nil {
-		return 0, err
-	}
-	next := max(last, stale) + 1
-	data, _ := json.Marshal(fenceRecord{Schema: schema, Fence: next})
-	if err := writeAtomic(path, append(data, '\n')); err != nil {
-		return 0, fmt.Errorf("resident: record fence: %w", err)
-	}
-	return next, nil
+	return fence, nil
 }

@@ -12,9 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"golang.org/x/sys/unix"
-
-	"github.com/fencerun/fencerun/store"
 )
 
 // paths are the files of one store's role.
@@ -95,119 +94,42 @@ func pathsOf(storePath string) (paths, error) {
 	}, nil
 }
 
-// openFlags: never follow a symlink planted in place of one of our files,
-// never block on a FIFO planted there, never leak into the command.
-const openFlags = unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NONBLOCK
-
-// openState opens one of the role's files and checks that it is a regular
-// file, and, unless only looking (status), that it is ours: a file planted
-// by another user is not trusted. Errors name the file: a symlink or a
-// foreign file is store.ErrUnsafe, a directory or other non-regular file
-// store.ErrCorrupt; a missing file is returned as is
-// (errors.Is(err, os.ErrNotExist)).
-func openState(path string, flags int, look bool) (int, error) {
-	fd, err := unix.Open(path, flags|openFlags, 0o600)
-	switch {
-	case errors.Is(err, unix.ELOOP):
-		return -1, fmt.Errorf("%w: %s is a symlink", store.ErrUnsafe, path)
-	case errors.Is(err, unix.EISDIR):
-		return -1, fmt.Errorf("%w: %s is a directory", store.ErrCorrupt, path)
-	case err != nil:
-		return -1, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return -1, &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return -1, fmt.Errorf("%w: %s is not a regular file", store.ErrCorrupt, path)
-	}
-	if !look && int(st.Uid) != os.Geteuid() {
-		unix.Close(fd)
-		return -1, fmt.Errorf("%w: %s is owned by uid %d, not %d", store.ErrUnsafe, path, st.Uid, os.Geteuid())
-	}
-	return fd, nil
-}
-
-// readAll reads a whole file from offset 0.
-func readAll(fd int, path string) ([]byte, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	buf := make([]byte, st.Size+512)
-	n := 0
-	for {
-		if n == len(buf) {
-			buf = append(buf, make([]byte, len(buf))...)
-		}
-		m, err := unix.Pread(fd, buf[n:], int64(n))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		}
-		if m == 0 {
-			return buf[:n], nil
-		}
-		n += m
-	}
-}
-
-// writeAtomic replaces path with data: a temp file beside it, fsync,
-// rename, fsync of the directory (B5: no half-written file, ever). The
-// temp file is removed on failure.
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp-" + randomID()
-	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|openFlags, 0o600)
+// openIn opens the directory of path, the role's directory beside its
+// store, with the Beside policy of internal/statefs (not writable by group
+// or others unless sticky; every file in it ours), or with look, only to
+// read (status), and returns it with path's name in it. Every file of the
+// role is reached through such a directory: never through a symlink
+// (store.ErrUnsafe), a directory, FIFO or other non-regular file in a
+// file's place is store.ErrCorrupt, and errors name the file.
+func openIn(path string, look bool) (statefs.Dir, string, error) {
+	d, err := statefs.OpenBeside(filepath.Dir(path), look)
 	if err != nil {
-		return &os.PathError{Op: "create", Path: tmp, Err: err}
+		return d, "", fmt.Errorf("%s: %w", path, err)
 	}
-	err = writeFull(fd, data, 0)
-	if err == nil {
-		err = unix.Fsync(fd)
-	}
-	if cerr := unix.Close(fd); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		unix.Unlink(tmp)
-		return &os.PathError{Op: "write", Path: tmp, Err: err}
-	}
-	if err := unix.Rename(tmp, path); err != nil {
-		unix.Unlink(tmp)
-		return &os.PathError{Op: "rename", Path: path, Err: err}
-	}
-	return syncDir(filepath.Dir(path))
+	return d, filepath.Base(path), nil
 }
 
-func syncDir(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// openFile opens one of the role's files (openIn). A missing file is an
+// error that is os.ErrNotExist.
+func openFile(path string, flags int, look bool) (int, error) {
+	d, name, err := openIn(path, look)
 	if err != nil {
-		return &os.PathError{Op: "open", Path: dir, Err: err}
+		return -1, err
 	}
-	defer unix.Close(fd)
-	if err := unix.Fsync(fd); err != nil {
-		return &os.PathError{Op: "fsync", Path: dir, Err: err}
-	}
-	return nil
+	defer d.Close()
+	return d.OpenFile(name, flags)
 }
 
-func writeFull(fd int, data []byte, off int64) error {
-	for len(data) > 0 {
-		n, err := unix.Pwrite(fd, data, off)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		data, off = data[n:], off+int64(n)
+// writeFile replaces one of the role's files with data, durably
+// (statefs.WriteAtomic): no half-written file, ever (B5).
+func writeFile(path string, data []byte) error {
+	d, name, err := openIn(path, false)
+	if err != nil {
+		return err
 	}
-	return nil
+	defer d.Close()
+	_, err = d.WriteAtomic(name, data, statefs.WriteOpts{Durable: true})
+	return err
 }
 
 // lockRange takes (typ F_RDLCK or F_WRLCK) or drops (F_UNLCK) an OFD lock on
@@ -285,19 +207,3 @@ var hostname = sync.OnceValue(func() string {
 	}
 	return h
 })
-
-// checkDir refuses a store directory that users other than its owner and
-// the caller can write (group or other, without the sticky bit), as for
-// keys (R4, S9): they could swap the lock file under the holder. A sticky
-// directory is fine: there only a file's owner may replace it, and the
-// role's files must be ours.
-func checkDir(dir string) error {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return nil // a missing directory: the lock file's open says so
-	}
-	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
-		return fmt.Errorf("%w: the store directory %s is writable by group or others (mode %#o), who could replace the role's lock file; fix: chmod go-w %s, or make it sticky", store.ErrUnsafe, dir, st.Mode&0o7777, dir)
-	}
-	return nil
-}

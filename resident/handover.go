@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -32,7 +33,7 @@ func sendRequest(path string, r request) error {
 	if err != nil {
 		return fmt.Errorf("resident: encode handover request: %w", err)
 	}
-	if err := writeAtomic(path, append(data, '\n')); err != nil {
+	if err := writeFile(path, append(data, '\n')); err != nil {
 		return fmt.Errorf("resident: handover request: %w", err)
 	}
 	return nil
@@ -42,21 +43,26 @@ func sendRequest(path string, r request) error {
 // that each request is judged once and a request written meanwhile is a new
 // file with its own event. It returns nil when there is none.
 func takeRequest(path string) (*request, error) {
-	taken := path + ".taken-" + randomID()
-	err := unix.Rename(path, taken)
+	d, name, err := openIn(path, false)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	taken := name + ".taken-" + randomID()
+	err = unix.Renameat(d.FD, name, d.FD, taken)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, &os.PathError{Op: "rename", Path: path, Err: err}
 	}
-	defer unix.Unlink(taken)
-	fd, err := openState(taken, unix.O_RDONLY, false)
+	defer unix.Unlinkat(d.FD, taken, 0)
+	fd, err := d.OpenFile(taken, unix.O_RDONLY)
 	if err != nil {
 		return nil, fmt.Errorf("handover request %s: %w", path, err)
 	}
 	defer unix.Close(fd)
-	data, err := readAll(fd, path)
+	data, err := statefs.ReadFD(fd, path)
 	if err != nil {
 		return nil, err
 	}
@@ -73,11 +79,11 @@ func takeRequest(path string) (*request, error) {
 // withdrawRequest removes the request at path if it is still the one with
 // id (the holder did not take it before the role came free).
 func withdrawRequest(path, id string) {
-	fd, err := openState(path, unix.O_RDONLY, false)
+	fd, err := openFile(path, unix.O_RDONLY, false)
 	if err != nil {
 		return
 	}
-	data, err := readAll(fd, path)
+	data, err := statefs.ReadFD(fd, path)
 	unix.Close(fd)
 	var r request
 	if err == nil && json.Unmarshal(data, &r) == nil && r.ID == id {

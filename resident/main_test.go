@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
@@ -45,6 +46,9 @@ func TestMain(m *testing.M) {
 }
 
 func helperMain(mode string) int {
+	if mode == "reserve" {
+		return reserveAndDie()
+	}
 	var b store.Build
 	if p := os.Getenv("RESIDENT_BUILD"); p != "" {
 		var err error
@@ -93,6 +97,31 @@ func helperMain(mode string) int {
 			}
 		}
 	}
+}
+
+// reserveAndDie takes the role's next token as a holder does and dies by
+// SIGKILL before any payload announces it: "reserved FENCE".
+func reserveAndDie() int {
+	p, err := pathsOf(os.Getenv("RESIDENT_STORE"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 125
+	}
+	fence, err := nextFence(p, 0)
+	if err != nil {
+		fmt.Println("error", err)
+		return 125
+	}
+	fmt.Println("reserved", fence)
+	unix.Kill(os.Getpid(), unix.SIGKILL)
+	select {} // SIGKILL cannot be caught
+}
+
+// startReserver starts a helper that reserves the next token of the role
+// of storePath and is killed before it uses it (reserveAndDie).
+func startReserver(t *testing.T, storePath string) *testsupport.Helper {
+	t.Helper()
+	return testsupport.StartHelper(t, "RESIDENT_HELPER=reserve", "RESIDENT_STORE="+storePath)
 }
 
 // holderProc is a helper process holding a role.

@@ -5,16 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/internal/slots"
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
-// schema is the version of the payload, fence and handover files.
+// schema is the version of the payload, handover and standby files.
 const schema = 1
 
 // payload is the lock file's content while the role is held (R3).
@@ -103,7 +103,7 @@ func readPayload(fd int, path string) (payload, bool, error) {
 	if err := lockRange(fd, unix.F_RDLCK, path); err != nil {
 		return payload{}, false, err
 	}
-	data, err := readAll(fd, path)
+	data, err := statefs.ReadFD(fd, path)
 	lockRange(fd, unix.F_UNLCK, path)
 	if err != nil {
 		return payload{}, false, err
@@ -130,14 +130,9 @@ func (p payload) holder() *store.Holder {
 }
 
 // trees is every tree of a dead holder's payload that may still run: those
-// it had not confirmed stopped, and its own.
+// it had not confirmed stopped, and its own (store.PassOn).
 func (p payload) trees() []store.Leftover {
-	out := slices.Clone(p.Leftovers)
-	own := store.Leftover{HolderPID: p.PID, Host: p.Host, Marker: p.Marker, Cgroup: p.Cgroup, Group: p.Group, Session: p.Session}
-	if (own.Marker != "" || own.Cgroup != "" || own.Group.ID != 0) && !slices.Contains(out, own) {
-		out = append(out, own)
-	}
-	return out
+	return store.PassOn(p.Leftovers, store.Leftover{HolderPID: p.PID, Host: p.Host, Marker: p.Marker, Cgroup: p.Cgroup, Group: p.Group, Session: p.Session})
 }
 
 // stuck reports whether the holder ticked and then stayed silent for its
@@ -190,8 +185,8 @@ func (f *payloadFile) put(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("resident: %s: %w", f.path, err)
 		}
-		if err := writeFull(f.fd, whole, 0); err != nil {
-			return &os.PathError{Op: "write", Path: f.path, Err: err}
+		if err := statefs.WriteSlotAt(f.fd, f.path, whole, 0); err != nil {
+			return err
 		}
 		if err := unix.Ftruncate(f.fd, int64(len(whole))); err != nil {
 			return &os.PathError{Op: "truncate", Path: f.path, Err: err}
@@ -201,8 +196,8 @@ func (f *payloadFile) put(data []byte) error {
 	}
 	next := f.cur
 	off, b := next.Next(data)
-	if err := writeFull(f.fd, b, off); err != nil {
-		return &os.PathError{Op: "write", Path: f.path, Err: err}
+	if err := statefs.WriteSlotAt(f.fd, f.path, b, off); err != nil {
+		return err
 	}
 	f.cur = next
 	return nil

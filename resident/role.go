@@ -54,7 +54,8 @@ func (r *Role) Env() []string { return nil }
 func (r *Role) Term() store.Term { return r.term }
 
 // Predecessor is the holder that died holding the role (its payload was
-// left behind), with its Marker, else nil.
+// left behind), with every tree still to stop (store.PredecessorOf), else
+// nil.
 func (r *Role) Predecessor() *store.Holder { return r.pred }
 
 // LeftoversStopped forgets the dead holders' leftovers (see store.Lease).

@@ -2,7 +2,6 @@ package resident
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -41,30 +41,20 @@ func standbyPrefix(p paths) string { return filepath.Base(p.store) + ".resident.
 // register announces a standby; failing to is only logged by the caller:
 // it changes what status shows, not the role.
 func register(p paths, s standby) (*standbyFile, error) {
-	removeDeadStandbys(p)
+	d, _, err := openIn(p.lock, false)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	removeDeadStandbys(d, p)
 	s.Schema = schema
 	data, _ := json.Marshal(s)
-	tmp := filepath.Join(p.dir, "."+standbyPrefix(p)+randomID())
-	fd, err := unix.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|openFlags, 0o600)
+	name := standbyPrefix(p) + randomID()
+	fd, err := d.WriteAtomic(name, append(data, '\n'), statefs.WriteOpts{Locked: true, NoReplace: true})
 	if err != nil {
-		return nil, &os.PathError{Op: "create", Path: tmp, Err: err}
+		return nil, err
 	}
-	fail := func(op string, err error) (*standbyFile, error) {
-		unix.Close(fd)
-		unix.Unlink(tmp)
-		return nil, &os.PathError{Op: op, Path: tmp, Err: err}
-	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return fail("lock", err)
-	}
-	if err := writeFull(fd, append(data, '\n'), 0); err != nil {
-		return fail("write", err)
-	}
-	path := filepath.Join(p.dir, standbyPrefix(p)+randomID())
-	if err := unix.Rename(tmp, path); err != nil {
-		return fail("rename", err)
-	}
-	return &standbyFile{path: path, fd: fd}, nil
+	return &standbyFile{path: d.Join(name), fd: fd}, nil
 }
 
 // remove unlinks the file, then drops its lock.
@@ -79,7 +69,12 @@ func (f *standbyFile) remove() {
 // standbys lists the live standbys of the role, oldest first.
 func standbys(p paths) []store.Holder {
 	var out []store.Holder
-	eachStandby(p, func(path string, s *standby) {
+	d, _, err := openIn(p.lock, true)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	eachStandby(d, p, func(path string, s *standby) {
 		if s != nil {
 			out = append(out, store.Holder{Name: s.Name, PID: s.PID, Host: s.Host, Reason: s.Reason, Acquired: s.Since})
 		}
@@ -88,39 +83,40 @@ func standbys(p paths) []store.Holder {
 	return out
 }
 
-func removeDeadStandbys(p paths) {
-	eachStandby(p, func(path string, s *standby) {
+func removeDeadStandbys(d statefs.Dir, p paths) {
+	eachStandby(d, p, func(path string, s *standby) {
 		if s == nil {
 			unix.Unlink(path)
 		}
 	})
 }
 
-// eachStandby calls fn with every standby file of the role: with its
-// content when its standby lives, nil when its lock is free (dead).
-// Unreadable files are skipped.
-func eachStandby(p paths, fn func(path string, s *standby)) {
-	entries, err := os.ReadDir(p.dir)
+// eachStandby calls fn with every standby file of the role in d: with
+// its content when its standby lives, nil when its lock is free (dead).
+// Unreadable files are skipped; another user's are read too.
+func eachStandby(d statefs.Dir, p paths, fn func(path string, s *standby)) {
+	names, err := d.List()
 	if err != nil {
 		return
 	}
+	d.Look = true
 	prefix := standbyPrefix(p)
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), prefix) || !e.Type().IsRegular() {
+	for _, name := range names {
+		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
-		path := filepath.Join(p.dir, e.Name())
-		fd, err := unix.Open(path, unix.O_RDONLY|openFlags, 0)
+		fd, err := d.OpenFile(name, unix.O_RDONLY)
 		if err != nil {
 			continue
 		}
-		held, err := probe(fd, path)
+		path := d.Join(name)
+		held, err := statefs.ProbeFD(fd, path)
 		if err == nil && !held {
 			unix.Close(fd)
 			fn(path, nil)
 			continue
 		}
-		data, rerr := readAll(fd, path)
+		data, rerr := statefs.ReadFD(fd, path)
 		unix.Close(fd)
 		var s standby
 		if err != nil || rerr != nil || json.Unmarshal(data, &s) != nil || s.PID <= 0 {

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -27,7 +28,7 @@ func Status(storePath string) (*store.Status, error) {
 		return nil, err
 	}
 	st := &store.Status{Store: p.store, State: store.Free, Waiters: []store.Holder{}}
-	fd, err := openState(p.lock, unix.O_RDONLY, true)
+	fd, err := openFile(p.lock, unix.O_RDONLY, true)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return st, nil
@@ -40,7 +41,7 @@ func Status(storePath string) (*store.Status, error) {
 	defer unix.Close(fd)
 
 	for probes := 0; ; probes++ {
-		held, err := probe(fd, p.lock)
+		held, err := statefs.ProbeFD(fd, p.lock)
 		if err != nil {
 			return nil, fmt.Errorf("resident: status: %w", err)
 		}
@@ -76,24 +77,5 @@ func Status(storePath string) (*store.Status, error) {
 			st.State = store.Stuck
 		}
 		return st, nil
-	}
-}
-
-// probe reports whether someone holds the role's lock, by trying a shared
-// lock without blocking. A lock it won is dropped before the caller's close,
-// so that the close event a standby may wake on comes after the unlock.
-func probe(fd int, path string) (bool, error) {
-	for {
-		err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB)
-		switch err {
-		case nil:
-			unix.Flock(fd, unix.LOCK_UN)
-			return false, nil
-		case unix.EWOULDBLOCK:
-			return true, nil
-		case unix.EINTR:
-			continue
-		}
-		return false, &os.PathError{Op: "flock", Path: path, Err: err}
 	}
 }

@@ -46,6 +46,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -185,9 +186,10 @@ type Lease interface {
 	// the change, without busy polling.
 	Changes() <-chan struct{}
 	// Check reads the lease's record; it never extends or changes the
-	// lease (the resident role may answer a refused handover request in
-	// its payload, which is not the lease): an error wrapping
-	// ErrLost if it is no longer held, else what was asked of the holder.
+	// lease (the resident role answers a handover request it judged, in
+	// its payload: refused, or handing over; the payload is not the
+	// lease): an error wrapping ErrLost if it is no longer held, else what
+	// was asked of the holder.
 	Check(ctx context.Context) (Request, error)
 	// Tick records a liveness tick at t in the lease's record (shown by
 	// status as last tick).
@@ -266,6 +268,48 @@ type Leftover struct {
 	// Its Group and Session are then never acted on (see package
 	// supervisor): they could name any process of the host.
 	Shared bool `json:"-"`
+}
+
+// Names reports whether l names a tree to look for: a marker, a cgroup or
+// a process group.
+func (l Leftover) Names() bool { return l.Marker != "" || l.Cgroup != "" || l.Group.ID != 0 }
+
+// PassOn is the leftovers a dead holder passes on to the next holder:
+// those earlier holders left that it had not confirmed stopped, then its
+// own trees (those that name something), each once. A backend keeps them
+// with the new holder's lease until it confirms them stopped
+// (Lease.LeftoversStopped), also through its release.
+func PassOn(unconfirmed []Leftover, own ...Leftover) []Leftover {
+	out := slices.Clone(unconfirmed)
+	for _, l := range own {
+		if l.Names() && !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// PredecessorOf is the Predecessor a new holder is given: the dead holder
+// with every tree still to stop, or nil when there is none. A dead holder
+// whose PID is not known (nil, or a record that kept only its fence) takes
+// the newest tree's holder and host, and a missing Marker its marker.
+func PredecessorOf(dead *Holder, leftovers []Leftover) *Holder {
+	if len(leftovers) == 0 {
+		return nil
+	}
+	var p Holder
+	if dead != nil {
+		p = *dead
+	}
+	last := leftovers[len(leftovers)-1]
+	if p.PID == 0 {
+		p.PID, p.Host = last.HolderPID, last.Host
+	}
+	if p.Marker == "" {
+		p.Marker = last.Marker
+	}
+	p.Leftovers = leftovers
+	return &p
 }
 
 // ProcessID names a process, or the process group or session it leads, on

@@ -522,19 +522,12 @@ func sortQueue(q []queued) {
 }
 
 // predecessor describes what a new holder must stop before its command
-// starts: the dead holder, with every tree still to stop.
+// starts: the dead holder h (or, pruned, only its fence), with every tree
+// still to stop.
 func predecessor(h *holderRecord, fence uint64, leftovers []store.Leftover) *store.Holder {
-	if len(leftovers) == 0 {
-		return nil
+	dead := h.holder(fence)
+	if dead == nil {
+		dead = &store.Holder{Fence: fence}
 	}
-	p := h.holder(fence)
-	if p == nil {
-		last := leftovers[len(leftovers)-1]
-		p = &store.Holder{Fence: fence, PID: last.HolderPID, Host: last.Host}
-	}
-	if p.Marker == "" {
-		p.Marker = leftovers[len(leftovers)-1].Marker
-	}
-	p.Leftovers = leftovers
-	return p
+	return store.PredecessorOf(dead, leftovers)
 }

@@ -158,27 +158,20 @@ func (h *holderRecord) holder(fence uint64) *store.Holder {
 	}
 }
 
-// tree is what h's command may have left running if h died; ok is false
-// when the record names nothing to look for.
-func (h *holderRecord) tree() (store.Leftover, bool) {
+// tree is what h's command may have left running if h died (nothing, for
+// no h).
+func (h *holderRecord) tree() store.Leftover {
 	if h == nil {
-		return store.Leftover{}, false
+		return store.Leftover{}
 	}
-	t := store.Leftover{HolderPID: h.PID, Host: h.Host, Marker: h.Marker, Cgroup: h.Cgroup, Group: h.Group, Session: h.Session}
-	return t, t.Marker != "" || t.Cgroup != "" || t.Group.ID != 0
+	return store.Leftover{HolderPID: h.PID, Host: h.Host, Marker: h.Marker, Cgroup: h.Cgroup, Group: h.Group, Session: h.Session}
 }
 
 // trees is every tree of rec that may still run once its holder (if any)
 // is known dead: those not confirmed stopped, the pruned predecessor's
-// and the holder's own.
+// and the holder's own (store.PassOn).
 func (r *record) trees() []store.Leftover {
-	out := slices.Clone(r.Leftovers)
-	for _, h := range []*holderRecord{r.Predecessor, r.Holder} {
-		if t, ok := h.tree(); ok && !slices.Contains(out, t) {
-			out = append(out, t)
-		}
-	}
-	return out
+	return store.PassOn(r.Leftovers, r.Predecessor.tree(), r.Holder.tree())
 }
 
 // waiterRecord is the content of a queue entry.
