@@ -1,0 +1,163 @@
+package fences
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/internal/slots"
+	"github.com/fencerun/fencerun/internal/statefs"
+	"github.com/fencerun/fencerun/store"
+)
+
+// The allocator's own proofs, the same for every store that uses it (the
+// file backend's root, a resident role's store directory). Each backend's
+// tests prove the same through Acquire (store/filestore's fences_test.go,
+// resident's fence_test.go).
+
+func newCounter(t *testing.T) Counter {
+	t.Helper()
+	path := t.TempDir()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return Counter{Dir: statefs.Dir{FD: fd, Path: path}, Reservation: "fences", Lock: "fence-next"}
+}
+
+func take(t *testing.T, c Counter, atLeast uint64) uint64 {
+	t.Helper()
+	f, err := c.Take(atLeast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func slotted(t *testing.T, c Counter, name, content string) {
+	t.Helper()
+	f, err := slots.Whole([]byte(content), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.Dir.Join(name), f, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWithinABootFencesAreConsecutiveAcrossBlocks(t *testing.T) {
+	c := newCounter(t)
+	for want := uint64(1); want <= 3*Block; want++ {
+		if got := take(t, c, 1); got != want {
+			t.Fatalf("fence %d, want %d", got, want)
+		}
+	}
+	res, _, err := c.read()
+	if err != nil || res.Reserved < 3*Block || res.Boot != bootID() {
+		t.Fatalf("reservation %+v (%v) does not cover fence %d in this boot", res, err, 3*Block)
+	}
+	if got := take(t, c, 1000); got != 1000 {
+		t.Fatalf("at least 1000: fence %d", got)
+	}
+}
+
+// After a reboot the crash may have lost counts up to the reservation:
+// the next fence goes above it; and a first taker of the new boot that
+// dies before using its fence costs one, never repeats one.
+func TestAfterARebootFencesStartAboveTheReservation(t *testing.T) {
+	c := newCounter(t)
+	take(t, c, 1)
+	slotted(t, c, c.Reservation, `{"schema":1,"reserved":1000,"boot":"a-boot-before-a-crash"}`)
+	slotted(t, c, c.Lock, `{"schema":1,"next":7,"reserved":1000,"boot":"a-boot-before-a-crash"}`)
+	first := take(t, c, 1) // its taker dies before using it
+	if first != 1001 {
+		t.Fatalf("first fence after a reboot %d, want 1001", first)
+	}
+	if got := take(t, c, 1); got != 1002 {
+		t.Fatalf("then %d, want 1002", got)
+	}
+}
+
+// The counter is never fsynced: lost, torn or emptied it only costs a
+// reservation.
+func TestALostCounterOnlyCostsAReservation(t *testing.T) {
+	c := newCounter(t)
+	last := take(t, c, 1)
+	for _, damage := range []func(string) error{
+		os.Remove,
+		func(p string) error { return os.WriteFile(p, []byte("torn"), 0o600) },
+		func(p string) error { return os.Truncate(p, 0) },
+	} {
+		if err := damage(c.Dir.Join(c.Lock)); err != nil {
+			t.Fatal(err)
+		}
+		got := take(t, c, 1)
+		if got <= last {
+			t.Fatalf("fence %d after the counter was damaged, not above %d", got, last)
+		}
+		last = got
+	}
+}
+
+// An earlier resident role's fence file is a reservation of its fence.
+func TestAnEarlierRolesFenceFileIsAReservation(t *testing.T) {
+	c := newCounter(t)
+	if err := os.WriteFile(c.Dir.Join(c.Reservation), []byte(`{"schema":1,"fence":41}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(t, c, 1); got != 42 {
+		t.Fatalf("fence %d over an earlier fence file of 41, want 42", got)
+	}
+	raw, _ := os.ReadFile(c.Dir.Join(c.Reservation))
+	if !slots.IsSlotted(raw) {
+		t.Fatalf("the earlier fence file was not replaced by a reservation: %q", raw)
+	}
+}
+
+func TestACorruptReservationFailsClosedUntilRepaired(t *testing.T) {
+	c := newCounter(t)
+	before := take(t, c, 1)
+	path := c.Dir.Join(c.Reservation)
+	os.Remove(c.Dir.Join(c.Lock)) // so the reservation is read
+	if err := os.WriteFile(path, []byte(`{"schema":1,"reserved":7`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Take(1); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Take over a corrupt reservation: %v, want ErrCorrupt naming %s", err, path)
+	}
+	if b, _ := os.ReadFile(path); string(b) != `{"schema":1,"reserved":7` {
+		t.Fatalf("the corrupt reservation was overwritten by Take: %q", b)
+	}
+	now := time.Now()
+	r, err := c.Repair(0, now)
+	if err != nil || r == nil || !errors.Is(r.Cause, store.ErrCorrupt) || r.From != uint64(now.UnixMicro())+1 {
+		t.Fatalf("Repair = %+v, %v; want fences from the clock floor %d", r, err, now.UnixMicro()+1)
+	}
+	if got := take(t, c, 1); got <= before || got < r.From {
+		t.Fatalf("fence %d after the repair, want at least %d", got, r.From)
+	}
+	if r, err := c.Repair(0, now); r != nil || err != nil {
+		t.Fatalf("Repair of a good reservation = %+v, %v; want nothing done", r, err)
+	}
+}
+
+func TestFencesBeyondTheLimitAreCorrupt(t *testing.T) {
+	c := newCounter(t)
+	slotted(t, c, c.Reservation, `{"schema":1,"reserved":9223372036854775809,"boot":"b"}`)
+	if _, err := c.Take(1); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("a reservation beyond Max: %v, want ErrCorrupt", err)
+	}
+	slotted(t, c, c.Reservation, `{"schema":1,"reserved":1,"boot":"b"}`)
+	if _, err := c.Take(Max - 1); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("fences used up: %v, want ErrCorrupt", err)
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir.Path, c.Lock)); err != nil {
+		t.Fatal(err)
+	}
+}
