@@ -32,15 +32,19 @@ var ErrTickRefused = errors.New("fence: tick refused")
 // command's tree: another user's is answered "refused" and hung up on
 // before it holds a slot (and other users cannot reach the socket at all);
 // a process of the holder's own user that is not of the tree (yet: a
-// command may tick before its start is recorded) waits up to a second in
-// slots of its own, so it never takes the tree's (R6). The holder then stamps the tick itself: only the
-// holding process writes its record.
+// command may tick before the holder has seen its own fork return) waits,
+// in slots of its own so that it never takes the tree's (R6), until the
+// tree is known and then up to a second more. The holder then stamps the
+// tick itself: only the holding process writes its record.
 type TickServer struct {
 	ln    *net.UnixListener
 	dirfd int
 	name  string
 	addr  string
 	log   hclog.Logger
+	// moment is how long a peer of our own user not owned once the tree
+	// is known is asked about again (a second; shorter in tests).
+	moment time.Duration
 
 	mu        sync.Mutex
 	refusedAt time.Time // rate limit of the refusal warning
@@ -97,20 +101,24 @@ func ListenTicks(dir string, log hclog.Logger) (*TickServer, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &TickServer{ln: ln, dirfd: dirfd, name: name, addr: filepath.Join(dir, name), log: log}, nil
+	return &TickServer{ln: ln, dirfd: dirfd, name: name, addr: filepath.Join(dir, name), log: log, moment: time.Second}, nil
 }
 
 // Addr is the value of FENCERUN_TICK.
 func (s *TickServer) Addr() string { return s.addr }
 
 // Serve answers ticks until Close: a peer for which owns(pid) is true gets
-// onTick called and "ok"; any other is refused. It returns nil once
-// closed. Nothing a caller does ends Serve: accept errors (EMFILE, say) are
+// onTick called and "ok"; any other is refused. known is closed once owns
+// can answer for the command's tree (it started, or it never will): a peer
+// of our own user that owns refuses before then is asked about again
+// after, not after a fixed time, which a loaded machine can outlast
+// between the command's fork and the holder learning its pid. It returns
+// nil once closed. Nothing a caller does ends Serve: accept errors (EMFILE, say) are
 // logged and retried with a backoff, and at most maxCallers of the tree's
 // processes are answered at once, each for at most callerDeadline, beside
 // at most maxCallers of our own user's not yet known; one beyond that is
 // hung up on.
-func (s *TickServer) Serve(owns func(pid int) bool, onTick func(time.Time)) error {
+func (s *TickServer) Serve(owns func(pid int) bool, known <-chan struct{}, onTick func(time.Time)) error {
 	callers := make(chan struct{}, maxCallers)
 	pending := make(chan struct{}, maxCallers)
 	backoff := 10 * time.Millisecond
@@ -129,8 +137,9 @@ func (s *TickServer) Serve(owns func(pid int) bool, onTick func(time.Time)) erro
 		pid, uid, err := peerCred(c)
 		owned := err == nil && owns(pid)
 		// A process of our own user that is not (yet) of the tree may be
-		// the command ticking before its start was recorded: it is given
-		// a slot and a moment. Anyone else is refused at once.
+		// the command ticking before its start was seen: it is given a
+		// slot until the tree is known, and a moment. Anyone else is
+		// refused at once.
 		if !owned && (err != nil || uid != os.Geteuid()) {
 			s.refuse(c, pid, err)
 			continue
@@ -141,7 +150,7 @@ func (s *TickServer) Serve(owns func(pid int) bool, onTick func(time.Time)) erro
 			case pending <- struct{}{}:
 				go func() {
 					defer func() { <-pending }()
-					if !ownsSoon(owns, pid) {
+					if !ownsSoon(owns, known, pid, s.moment) {
 						s.refuse(c, pid, nil)
 						return
 					}
@@ -212,10 +221,16 @@ func (s *TickServer) Close() error {
 	return err
 }
 
-// ownsSoon asks owns again for a moment: a command that ticks at once may
-// connect before its start was recorded.
-func ownsSoon(owns func(pid int) bool, pid int) bool {
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+// ownsSoon asks owns again once the tree is known (a command that ticks at
+// once may connect before the holder saw it start), and then for a moment:
+// a process of the tree may be found by an ancestor's environment, which
+// reads as empty while that ancestor is in the middle of an exec.
+func ownsSoon(owns func(pid int) bool, known <-chan struct{}, pid int, moment time.Duration) bool {
+	<-known
+	if owns(pid) {
+		return true
+	}
+	for deadline := time.Now().Add(moment); time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		if owns(pid) {
 			return true

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestTickTakenOnlyFromTheCommandsTree(t *testing.T) {
 		v := <-owned
 		owned <- v
 		return v
-	}, func(at time.Time) { ticked <- at })
+	}, closed(), func(at time.Time) { ticked <- at })
 	defer s.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
@@ -59,6 +60,54 @@ func TestTickTakenOnlyFromTheCommandsTree(t *testing.T) {
 		t.Fatal("a refused tick was stamped")
 	default:
 	}
+}
+
+// closed is a known channel for a tree known from the start.
+func closed() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// A command that ticks before the holder has seen its start (on a loaded
+// machine the holder may not run for longer than any fixed wait between
+// the command's fork and learning its pid) is answered once the tree is
+// known, however long that takes: before, it was refused after a second,
+// and a command that checks its tick failed.
+func TestTickBeforeTheTreeIsKnownWaitsForIt(t *testing.T) {
+	s, err := ListenTicks(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.moment = 10 * time.Millisecond
+	var started atomic.Bool
+	asked := make(chan int, 1)
+	known := make(chan struct{})
+	ticked := make(chan time.Time, 1)
+	go s.Serve(func(pid int) bool {
+		select {
+		case asked <- pid:
+		default:
+		}
+		return started.Load()
+	}, known, func(at time.Time) { ticked <- at })
+
+	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() { sent <- SendTick(ctx, s.Addr()) }()
+	testsupport.Recv(t, asked, "the question at accept")
+	// Ten times the moment: time enough for the refusal a fixed wait would
+	// give, so that this test fails without the wait for known. The wait
+	// proves nothing when it passes; it cannot make the test fail.
+	time.Sleep(10 * s.moment)
+	started.Store(true)
+	close(known)
+	if err := testsupport.Recv(t, sent, "the tick's answer"); err != nil {
+		t.Fatalf("a tick from the tree before it was known: %v", err)
+	}
+	testsupport.Recv(t, ticked, "the tick")
 }
 
 func TestTickWithNoHolder(t *testing.T) {
@@ -93,7 +142,7 @@ func TestIdleStrangersDoNotStarveTheTree(t *testing.T) {
 	defer s.Close()
 	ticked := make(chan time.Time, 1)
 	self := os.Getpid()
-	go s.Serve(func(pid int) bool { return pid == self }, func(at time.Time) {
+	go s.Serve(func(pid int) bool { return pid == self }, closed(), func(at time.Time) {
 		select {
 		case ticked <- at:
 		default:
@@ -163,7 +212,7 @@ func TestTickSocketInADeepDirectory(t *testing.T) {
 		t.Fatalf("address %q", s.Addr())
 	}
 	ticked := make(chan time.Time, 1)
-	go s.Serve(func(int) bool { return true }, func(at time.Time) { ticked <- at })
+	go s.Serve(func(int) bool { return true }, closed(), func(at time.Time) { ticked <- at })
 	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
 	defer cancel()
 	if err := SendTick(ctx, s.Addr()); err != nil {

@@ -166,6 +166,20 @@ func (c *command) stop(by time.Duration) {
 	}
 }
 
+// known is closed once owns can answer for the whole tree: the command
+// started, or it never will.
+func (c *command) known() <-chan struct{} {
+	k := make(chan struct{})
+	go func() {
+		defer close(k)
+		select {
+		case <-c.started:
+		case <-c.gone:
+		}
+	}()
+	return k
+}
+
 // owns says whether pid belongs to the running command's tree.
 func (c *command) owns(pid int) bool {
 	select {
@@ -304,7 +318,7 @@ type ticks struct {
 }
 
 func (t *ticks) execute() error {
-	return t.server.Serve(t.cmd.owns, func(at time.Time) {
+	return t.server.Serve(t.cmd.owns, t.cmd.known(), func(at time.Time) {
 		t.keeper.Tick(at)
 		if t.watchdog != nil {
 			t.watchdog.Tick()

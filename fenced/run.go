@@ -44,8 +44,9 @@ type Process interface {
 // Ticks is the holder's end of `fencerun tick`; *fence.TickServer is one.
 type Ticks interface {
 	// Serve calls onTick for each tick from a pid that owns accepts, until
-	// Close.
-	Serve(owns func(pid int) bool, onTick func(time.Time)) error
+	// Close; known is closed once owns can answer for the command's tree
+	// (it started, or it never will).
+	Serve(owns func(pid int) bool, known <-chan struct{}, onTick func(time.Time)) error
 	Close() error
 }
 

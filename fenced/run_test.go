@@ -482,7 +482,7 @@ type fakeTicks struct {
 	onTick  chan func(time.Time)
 }
 
-func (f *fakeTicks) Serve(owns func(int) bool, onTick func(time.Time)) error {
+func (f *fakeTicks) Serve(owns func(int) bool, _ <-chan struct{}, onTick func(time.Time)) error {
 	f.serving <- owns
 	f.onTick <- onTick
 	<-f.closed
