@@ -119,6 +119,9 @@ func parseRecord(data []byte, path string) (record, error) {
 
 func (r *record) marshal() []byte {
 	r.Schema = schemaVersion
+	if b, ok := appendRecord(make([]byte, 0, 512), r); ok {
+		return append(b, '\n')
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		panic("filestore: marshal record: " + err.Error()) // plain data: cannot fail
