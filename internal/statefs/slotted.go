@@ -111,6 +111,22 @@ func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) e
 		return err
 	}
 	defer unix.Close(fd)
+	return d.writeSlotIn(fd, name, cur, data, durable)
+}
+
+// WriteSlottedFD is WriteSlotted through fd, the file OpenSlotted opened
+// (and the caller closes): one open for a holder's read and write.
+func (d Dir) WriteSlottedFD(fd int, name string, cur Slotted, data []byte) error {
+	if cur.Size == 0 || len(data) > cur.Size-slots.Header {
+		return d.WriteSlotted(name, cur, data, false)
+	}
+	return d.writeSlotIn(fd, name, cur, data, false)
+}
+
+// writeSlotIn writes data in place into the older slot of the file open
+// as fd, which held cur and has room for data.
+func (d Dir) writeSlotIn(fd int, name string, cur Slotted, data []byte, durable bool) error {
+	path := d.Join(name)
 	slot := 1 - cur.Slot
 	if err := WriteSlotAt(fd, path, slots.Encode(data, cur.Seq+1, cur.Size), int64(slot*cur.Size)); err != nil {
 		return err
@@ -121,6 +137,26 @@ func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) e
 		}
 	}
 	return nil
+}
+
+// OpenSlotted is ReadSlotted that keeps the file open, for reading and
+// writing, for WriteSlottedFD; the caller closes fd, which is -1 on an
+// error opening it.
+func (d Dir) OpenSlotted(name string) (fd int, s Slotted, err error) {
+	fd, err = d.OpenRaw(name, unix.O_RDWR)
+	if err != nil {
+		return -1, Slotted{}, err
+	}
+	st, err := d.CheckFile(fd, name)
+	if err != nil {
+		return fd, Slotted{}, err
+	}
+	raw, err := ReadSized(fd, d.Join(name), st.Size)
+	if err != nil {
+		return fd, Slotted{}, err
+	}
+	s, err = ParseSlotted(raw, d.Join(name))
+	return fd, s, err
 }
 
 // ReadSlotted reads the record file name in d. A missing file gives an

@@ -223,6 +223,11 @@ func (s *Store) keyNames() ([]string, error) {
 // fence 0.
 func readRecord(kd dir) (record, statefs.Slotted, error) {
 	f, err := kd.ReadSlotted(leaseFile)
+	return recordFrom(kd, f, err)
+}
+
+// recordFrom is readRecord of f, the key's record file as read with err.
+func recordFrom(kd dir, f statefs.Slotted, err error) (record, statefs.Slotted, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return record{Schema: schemaVersion}, statefs.Slotted{}, nil
 	}

@@ -136,7 +136,12 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 		return err
 	}
 	defer unix.Close(g)
-	rec, cur, err := l.readOwn()
+	// One open of the record for its read and its write.
+	fd, f, err := l.kd.OpenSlotted(leaseFile)
+	if fd >= 0 {
+		defer unix.Close(fd)
+	}
+	rec, cur, err := l.recordOf(f, err)
 	if err := l.owns(rec, err); err != nil {
 		return err
 	}
@@ -151,7 +156,12 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	rec.Version++
 	data := rec.marshal()
 	l.wroteData = nil
-	if err := l.kd.WriteSlotted(leaseFile, cur, data, false); err != nil {
+	if fd < 0 {
+		err = l.kd.WriteSlotted(leaseFile, cur, data, false)
+	} else {
+		err = l.kd.WriteSlottedFD(fd, leaseFile, cur, data)
+	}
+	if err != nil {
 		// A write cut short may still have landed whole, where the bytes
 		// it missed were there already: then it is this lease's record.
 		if now, _, rerr := readRecord(l.kd); rerr != nil || now.Token != l.token || now.Version != rec.Version {
@@ -170,13 +180,16 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 // nothing but the cost: decoding the JSON was about a seventh of a holder's
 // CPU per renewal (P4, docs/DESIGN.md).
 func (l *Lease) readOwn() (record, statefs.Slotted, error) {
-	if l.wroteData != nil {
-		f, err := l.kd.ReadSlotted(leaseFile)
-		if err == nil && bytes.Equal(f.Data, l.wroteData) {
-			return l.wrote.clone(), f, nil
-		}
+	f, err := l.kd.ReadSlotted(leaseFile)
+	return l.recordOf(f, err)
+}
+
+// recordOf is readOwn of f, the record file as read with err.
+func (l *Lease) recordOf(f statefs.Slotted, err error) (record, statefs.Slotted, error) {
+	if err == nil && l.wroteData != nil && bytes.Equal(f.Data, l.wroteData) {
+		return l.wrote.clone(), f, nil
 	}
-	return readRecord(l.kd)
+	return recordFrom(l.kd, f, err)
 }
 
 // owns says whether rec (read with err) is still this lease's, as of its
