@@ -169,6 +169,7 @@ func Start(cfg Config) (*Process, error) {
 			unix.Close(p.wake)
 			return nil, err
 		}
+		stamps.Mark("cgroup.made")
 		if cfg.Marker != "" {
 			if err := bindCgroup(cfg.Cgroup, cfg.Marker); err != nil {
 				p.log.Debug("could not bind the cgroup to this run; a shared store's next holder will not trust it", "error", err)
@@ -180,6 +181,7 @@ func Start(cfg Config) (*Process, error) {
 		p.log.Debug("cgroup created", "cgroup", cfg.Cgroup, "took", logfield.Duration(time.Since(t0)))
 	}
 	p.subscribe()
+	stamps.Mark("fork")
 	started := make(chan error)
 	execPath, argv := path, cfg.Argv
 	if activated(cfg.Env) {
@@ -215,6 +217,7 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 	// never taken for a reparented orphan and reaped from under us.
 	reg.mu.Lock()
 	pid, err := syscall.ForkExec(path, argv, attr)
+	stamps.Mark("forkexec.returned")
 	if err == nil {
 		p.pid = pid
 		if q, err := readProc(pid); err == nil && !p.foreign {
