@@ -20,9 +20,9 @@ import (
 
 // S2 against a fork-hopper (testdata/contain/hopper.c: on SIGTERM each
 // generation forks, the child calls setsid, the parent exits, bounded to
-// 2000 generations and 5 s): nothing of it survives fencerun's exit, on
-// a normal exit, on release --force and on --timeout, 20 runs each, with
-// a cgroup and without one. Before the freeze and the cgroups, 19, 20 and
+// 2000 generations and 5 s from the SIGTERM, and 60 s of waiting for it):
+// nothing of it survives fencerun's exit, on a normal exit, on release
+// --force and on --timeout, 20 runs each, with a cgroup and without one. Before the freeze and the cgroups, 19, 20 and
 // 18 runs of 20 left it running.
 //
 // Each run's fencerun is started into a cgroup of the test's own, so that
