@@ -376,9 +376,9 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 	if err != nil {
 		return nil, err
 	}
-	changes := make(chan struct{}, 1)
+	changes, requests := make(chan struct{}, 1), make(chan struct{}, 1)
 	// Watch before announcing: any request for this fence comes after.
-	watch, err := watchRole(a.p, fd, changes)
+	watch, err := watchRole(a.p, fd, requests)
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +386,7 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 	r := &Role{
 		paths: a.p, fence: fence, ttl: a.c.TTL, now: a.c.Now, pred: pred,
 		clock: clock, term: store.Term{Start: clock(), TTL: a.c.TTL},
-		changes: changes, watch: watch, held: c, unwatch: make(chan struct{}),
+		changes: changes, requests: requests, watch: watch, held: c, unwatch: make(chan struct{}),
 		log:  a.log.With("fence", fence),
 		file: openPayloadFile(fd, a.p.lock, data),
 		p: payload{
@@ -404,16 +404,15 @@ func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
 		withdrawRequest(a.p.handover, a.reqID)
 	}
 	// A request left behind (for an earlier holder) or already sent for
-	// this one: let the keeper's Check judge it. The watch may have
-	// filled the one-slot channel already; changes coalesce, and a send
-	// that waited here for a reader that only comes after Acquire
-	// returns would never end.
+	// this one: let answer judge it. The watch may have filled the
+	// one-slot channel already; requests coalesce.
 	if _, err := os.Lstat(a.p.handover); err == nil {
 		select {
-		case changes <- struct{}{}:
+		case requests <- struct{}{}:
 		default:
 		}
 	}
+	go r.answer()
 	go r.watchPath()
 	r.log.Debug("took the role", "pid", a.pid)
 	return r, nil

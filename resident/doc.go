@@ -73,15 +73,17 @@
 //     as corrupt rather than reuse a token.)
 //   - Handover (R5) is decided by the holder. A newcomer whose build is
 //     strictly newer (Newer) writes a request naming the holder's fence; the
-//     holder sees it through inotify on the directory, takes it (renames it
-//     away, so each request is judged once) and either accepts (Check returns
-//     store.RequestHandover) or records a refusal in its payload, where the
-//     newcomer reads it. It refuses a request for another holder's fence,
-//     one dated before its own acquisition, one not from a newer build, and
-//     one whose requester is already dead. Two newcomers at once: the last
-//     request written is judged; once the role moves, every newcomer judges
-//     the new holder afresh, so the newest build ends up holding it and an
-//     equal one is refused as not newer.
+//     holder's Role sees it through inotify on the directory and judges it
+//     at once, whatever its keeper is doing: it takes it (renames it away,
+//     so each request is judged once) and either accepts (the payload says
+//     handing_over, and Check returns store.RequestHandover from then on) or
+//     records a refusal in its payload, where the newcomer reads it. Check
+//     itself writes nothing. It refuses a request for another holder's
+//     fence, one dated before its own acquisition, one not from a newer
+//     build, and one whose requester is already dead. Two newcomers at once:
+//     the last request written is judged; once the role moves, every
+//     newcomer judges the new holder afresh, so the newest build ends up
+//     holding it and an equal one is refused as not newer.
 //   - A lock held while the payload names no live holder (a role being
 //     taken or released, a status probe's instant) is given two seconds to
 //     settle; then a corrupt payload fails closed (S6: store.ErrCorrupt naming

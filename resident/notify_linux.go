@@ -17,9 +17,10 @@ import (
 // hold and not on whatever the path names by then.
 func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-// roleWatch tells a holder when something may have changed for it: a
-// handover request arrived (renamed into the directory), or its lock file
-// was unlinked, renamed or replaced. It watches the directory only for
+// roleWatch tells a holder (the Role's answer, which passes it on to
+// Changes) when something may have changed for it: a handover or cancel
+// request arrived (renamed into the directory), or its lock file was
+// unlinked, renamed or replaced. It watches the directory only for
 // renames into it and the lock file's inode for link changes, so a command
 // busy writing its store beside the lock file does not wake it.
 type roleWatch struct {
@@ -27,7 +28,7 @@ type roleWatch struct {
 	done chan struct{}
 }
 
-func watchRole(p paths, lockFd int, changes chan<- struct{}) (*roleWatch, error) {
+func watchRole(p paths, lockFd int, events chan<- struct{}) (*roleWatch, error) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("resident: inotify: %w", err)
@@ -60,7 +61,7 @@ func watchRole(p paths, lockFd int, changes chan<- struct{}) (*roleWatch, error)
 			})
 			if relevant {
 				select {
-				case changes <- struct{}{}:
+				case events <- struct{}{}:
 				default:
 				}
 			}

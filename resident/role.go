@@ -27,9 +27,12 @@ type Role struct {
 	log     hclog.Logger
 	pred    *store.Holder
 	changes chan struct{}
-	watch   *roleWatch
-	held    *unixsock.Claim // until the release (moved_linux.go)
-	unwatch chan struct{}   // stops watchPath
+	// requests receives when a handover or cancel request may have
+	// arrived (the watch); answer judges it, then passes it on to changes.
+	requests chan struct{}
+	watch    *roleWatch
+	held     *unixsock.Claim // until the release (moved_linux.go)
+	unwatch  chan struct{}   // stops watchPath
 
 	mu       sync.Mutex
 	file     payloadFile // its fd holds flock(LOCK_EX) on the lock file
@@ -71,8 +74,9 @@ func (r *Role) LeftoversStopped(context.Context) error {
 	return r.file.write(r.p)
 }
 
-// Changes receives when a handover request arrived or the lock file was
-// unlinked, renamed or replaced; the receiver then calls Check.
+// Changes receives when a handover request was judged, a cancel request
+// arrived or the lock file was unlinked, renamed or replaced; the receiver
+// then calls Check.
 func (r *Role) Changes() <-chan struct{} { return r.changes }
 
 // Renew checks that the role is still this holder's: the lock path still
@@ -87,12 +91,10 @@ func (r *Role) Renew(ctx context.Context) (store.Term, error) {
 	return store.Term{Start: start, TTL: r.ttl}, nil
 }
 
-// Check verifies the role as Renew does, then judges a pending handover
-// request: store.RequestHandover when it comes from a strictly newer build,
-// for this holder, dated after its acquisition, from a live process. Once
-// it accepted one it keeps returning RequestHandover. A request it refuses
-// is answered in its own payload (handover_refused), the one write Check
-// makes, so the newcomer learns at once; an unreadable request is ignored.
+// Check verifies the role as Renew does, then says what was asked of the
+// holder: store.RequestHandover once it accepted a handover request (and
+// from then on), store.RequestCancel for a cancel request naming its
+// fence. It writes nothing: requests are judged as they arrive (answer).
 func (r *Role) Check(ctx context.Context) (store.Request, error) {
 	if err := r.verify(); err != nil {
 		return store.RequestNone, err
@@ -105,21 +107,58 @@ func (r *Role) Check(ctx context.Context) (store.Request, error) {
 	if cancelled(r.paths, r.fence) {
 		return store.RequestCancel, nil
 	}
+	return store.RequestNone, nil
+}
+
+// answer judges each handover request as it arrives (R5), until the
+// release, and then passes the news on to Changes, where the keeper calls
+// Check. It accepts a request from a strictly newer build, for this
+// holder, dated after its acquisition, from a live process: the payload
+// then says handing_over, and Check returns store.RequestHandover. A
+// request it refuses is answered in the payload (handover_refused), where
+// the newcomer reads it at once. Each request is judged once (it is
+// renamed away first); an unreadable one is ignored; none is judged once
+// one was accepted, or while the role is not this holder's any more
+// (Check says so).
+func (r *Role) answer() {
+	for {
+		select {
+		case <-r.unwatch:
+			return
+		case <-r.requests:
+		}
+		r.judgeRequest()
+		select {
+		case r.changes <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (r *Role) judgeRequest() {
+	if r.verify() != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released || r.handover {
+		return
+	}
 	q, err := takeRequest(r.paths.handover)
 	if err != nil {
 		r.log.Warn("ignoring an unreadable handover request", "error", err)
-		return store.RequestNone, nil
+		return
 	}
 	if q == nil {
-		return store.RequestNone, nil
+		return
 	}
 	if why := judge(*q, r.p); why != "" {
 		r.log.Info("refused a handover request", "from_pid", q.PID, "from_host", q.Host, "reason", why)
 		r.p.HandoverRefused = &refusalNote{ID: q.ID, Reason: why}
 		if err := r.file.write(r.p); err != nil {
-			return store.RequestNone, fmt.Errorf("resident: record handover refusal: %w", err)
+			r.log.Warn("could not answer a refused handover request; the newcomer waits for its handover-wait", "error", err)
 		}
-		return store.RequestNone, nil
+		return
 	}
 	r.log.Info("handing the role over to a newer build", "to_pid", q.PID, "to_host", q.Host,
 		"build", describeBuild(&q.Build))
@@ -128,7 +167,6 @@ func (r *Role) Check(ctx context.Context) (store.Request, error) {
 	if err := r.file.write(r.p); err != nil {
 		r.log.Warn("could not mark the payload as handing over", "error", err)
 	}
-	return store.RequestHandover, nil
 }
 
 // Tick stamps last_tick at t in the payload. Only the holder has the

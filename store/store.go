@@ -185,11 +185,9 @@ type Lease interface {
 	// receiver then calls Check. Backends must deliver within a second of
 	// the change, without busy polling.
 	Changes() <-chan struct{}
-	// Check reads the lease's record; it never extends or changes the
-	// lease (the resident role answers a handover request it judged, in
-	// its payload: refused, or handing over; the payload is not the
-	// lease): an error wrapping ErrLost if it is no longer held, else what
-	// was asked of the holder.
+	// Check reads the lease's record; it never writes, extends or changes
+	// the lease: an error wrapping ErrLost if it is no longer held, else
+	// what was asked of the holder.
 	Check(ctx context.Context) (Request, error)
 	// Tick records a liveness tick at t in the lease's record (shown by
 	// status as last tick).
