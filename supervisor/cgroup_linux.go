@@ -312,7 +312,7 @@ func (c *cgroup) pids() ([]int, error) {
 		if !d.IsDir() {
 			return nil
 		}
-		b, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		b, err := readProcFile(filepath.Join(path, "cgroup.procs"))
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
 				return nil

@@ -29,10 +29,41 @@ func (q proc) dead() bool { return q.state == 'Z' || q.state == 'X' || q.state =
 
 var errNoProc = errors.New("supervisor: no such process")
 
+// readProcFile reads a small file of /proc (or of a cgroup) whole, with
+// bare system calls: open, read, close. A sweep reads the children list
+// of each of fencerun's threads several times over, and os.ReadFile's
+// file (its poller registration, its stat, its cleanup) made that about a
+// tenth of a short run's CPU (P1, docs/DESIGN.md). Errors are
+// *fs.PathError, so fs.ErrNotExist and syscall.ESRCH match as before.
+func readProcFile(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 0, 512)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return b, nil
+		}
+		b = b[:len(b)+n]
+	}
+}
+
 // readProc parses /proc/PID/stat. The command name may hold any byte, so
 // the fields are read after its closing parenthesis.
 func readProc(pid int) (proc, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	b, err := readProcFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			return proc{}, errNoProc
@@ -108,7 +139,7 @@ func children(pid int) ([]int, error) {
 	}
 	var pids []int
 	for _, t := range tasks {
-		b, err := os.ReadFile(dir + t + "/children")
+		b, err := readProcFile(dir + t + "/children")
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && t == strconv.Itoa(pid) {
 				return nil, err // no CONFIG_PROC_CHILDREN, or pid is gone
