@@ -14,6 +14,9 @@ package main
 import (
 	"os"
 
+	// First: its init execs fencerun-etcd for --etcd, before the other
+	// packages initialise.
+	_ "github.com/fencerun/fencerun/cmd/fencerun/hop"
 	"github.com/fencerun/fencerun/internal/cli"
 	"github.com/fencerun/fencerun/internal/stamps"
 )

@@ -1,19 +1,14 @@
 package cli
 
 import (
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fencerun/fencerun/internal/stamps"
+	"github.com/fencerun/fencerun/internal/duration"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -81,60 +76,50 @@ func (c *CLI) checkEtcd(kctx *kong.Context) error {
 	return nil
 }
 
-// wantsEtcd says, before the command line is parsed, whether it selects
-// etcd: FENCERUN_ETCD, or --etcd among fencerun's own arguments (before
-// the command's "--"). A false positive only costs an exec: fencerun-etcd
-// parses the same arguments and has the file backend too.
-func wantsEtcd(args []string) bool {
-	if os.Getenv("FENCERUN_ETCD") != "" {
-		return true
-	}
-	for _, a := range args {
-		if a == "--" {
-			return false
+// EarlyEtcdFlags reads the etcd flags from args and the environment before
+// the command line is parsed, as kong will read them: a flag before the
+// command's "--" wins, then the first of its variables that is set, then
+// its default. It lets fencerun-etcd dial the cluster while kong builds its
+// model (P7); the guess is used only if it equals what the parse gives
+// (EtcdFlags is comparable), so a wrong one costs a second dial, never a
+// wrong cluster. ok is false when no etcd endpoint is named.
+func EarlyEtcdFlags(args []string) (f EtcdFlags, ok bool) {
+	env := func(dst *string, names ...string) {
+		for _, n := range names {
+			if v, set := os.LookupEnv(n); set {
+				*dst = v
+				return
+			}
 		}
-		if a == "--etcd" || strings.HasPrefix(a, "--etcd=") {
-			return true
+	}
+	env(&f.Etcd, "FENCERUN_ETCD")
+	env(&f.Cacert, "FENCERUN_CACERT", "ETCDCTL_CACERT")
+	env(&f.Cert, "FENCERUN_CERT", "ETCDCTL_CERT")
+	env(&f.KeyFile, "FENCERUN_KEY_FILE", "ETCDCTL_KEY")
+	env(&f.User, "FENCERUN_USER", "ETCDCTL_USER")
+	env(&f.Password, "FENCERUN_PASSWORD", "ETCDCTL_PASSWORD")
+	timeout := "2s"
+	env(&timeout, "FENCERUN_DIAL_TIMEOUT", "ETCDCTL_DIAL_TIMEOUT")
+	flags := map[string]*string{
+		"--etcd": &f.Etcd, "--cacert": &f.Cacert, "--cert": &f.Cert, "--key-file": &f.KeyFile,
+		"--user": &f.User, "--password": &f.Password, "--dial-timeout": &timeout,
+	}
+	for i := 0; i < len(args) && args[i] != "--"; i++ {
+		name, value, inline := strings.Cut(args[i], "=")
+		dst, known := flags[name]
+		switch {
+		case !known:
+		case inline:
+			*dst = value
+		case i+1 < len(args):
+			i++
+			*dst = args[i]
 		}
 	}
-	return false
-}
-
-// execEtcd replaces this process by fencerun-etcd with the same arguments
-// and environment. It returns only on failure.
-func execEtcd(args []string) error {
-	path, err := findEtcdHelper()
+	d, err := duration.Parse(timeout)
 	if err != nil {
-		return err
+		return f, false
 	}
-	stamps.Mark("exec")
-	stamps.Dump()
-	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
-	return fmt.Errorf("--etcd: exec %s: %w", path, err)
-}
-
-// etcdHelper is the binary that carries the etcd backend.
-const etcdHelper = "fencerun-etcd"
-
-// findEtcdHelper looks beside fencerun's own executable, then in PATH.
-func findEtcdHelper() (string, error) {
-	self, err := os.Executable()
-	if err == nil {
-		beside := filepath.Join(filepath.Dir(self), etcdHelper)
-		if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return beside, nil
-		}
-	}
-	if p, err := exec.LookPath(etcdHelper); err == nil {
-		return p, nil
-	} else if !errors.Is(err, exec.ErrNotFound) {
-		return "", fmt.Errorf("--etcd: %s: %w", etcdHelper, err)
-	}
-	where := "beside fencerun"
-	if self != "" {
-		where = "in " + filepath.Dir(self)
-	}
-	return "", fmt.Errorf("--etcd needs the etcd backend, which is the separate binary %s; it is neither %s nor in PATH. "+
-		"Install it beside fencerun: go install github.com/fencerun/fencerun/cmd/fencerun-etcd@latest, or just build (bin/%s), or the release archive's %s",
-		etcdHelper, where, etcdHelper, etcdHelper)
+	f.DialTimeout = d
+	return f, len(f.Endpoints()) > 0
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/internal/duration"
+	"github.com/fencerun/fencerun/internal/etcdhop"
 	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/filestore"
@@ -73,9 +74,10 @@ func Main(args []string, etcd EtcdOpener) int {
 	early := earlyLogOptions(args)
 	log := newLogger(early)
 	stamps.Mark("logger")
-	if etcd == nil && wantsEtcd(args) {
-		// Before kong builds its model: this process only hands over.
-		log.Error(execEtcd(args).Error()) // returns only on failure
+	if etcd == nil && etcdhop.Wanted(args) {
+		// Before kong builds its model: this process only hands over
+		// (cmd/fencerun/hop did already, unless the helper is missing).
+		log.Error(etcdhop.Exec(args).Error()) // returns only on failure
 		return exitFailed
 	}
 	var cli CLI
@@ -155,7 +157,7 @@ func (cli *CLI) selectEtcd(kctx *kong.Context, args []string) error {
 		return err
 	}
 	if openEtcd == nil {
-		return execEtcd(args)
+		return etcdhop.Exec(args)
 	}
 	return nil
 }

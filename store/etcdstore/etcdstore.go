@@ -88,6 +88,22 @@ func Open(opts Options) (*Store, error) {
 	return s, nil
 }
 
+// Connect starts connecting to the cluster now, in the background: the
+// client otherwise connects at its first call, which then waits for the
+// TCP and HTTP/2 handshakes (P7: fencerun-etcd connects while it parses
+// its command line).
+func (s *Store) Connect() { s.c.ActiveConnection().Connect() }
+
+// SetLogger replaces the logger Open was given (nil: discarded), for a
+// store opened before the command line that names the logger was parsed.
+// Call it before any other method.
+func (s *Store) SetLogger(log hclog.Logger) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	s.log = log.Named("store")
+}
+
 // Close closes the client and removes the tick directory. Leases taken
 // from the Store stop working: a caller releases them first.
 func (s *Store) Close() error {
