@@ -121,10 +121,19 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 		return l, nil, nil
 	}
 	if a.id != 0 {
-		// Whatever was put goes with the lease: nothing is left on etcd.
+		// Whatever was put goes with the lease, and a leftover record put
+		// by a take that then failed is deleted: nothing is left on etcd.
 		rctx, cancel := s.op(context.WithoutCancel(ctx))
+		deleted := make(chan error, 1)
+		go func() {
+			_, err := s.c.Delete(rctx, leftoverKey(key, a.id))
+			deleted <- err
+		}()
 		if _, rerr := s.c.Revoke(rctx, a.id); rerr != nil {
 			s.log.Warn("could not revoke the lease of a failed acquisition; it expires by itself", "lease", leaseHex(a.id), "error", rerr)
+		}
+		if derr := <-deleted; derr != nil {
+			s.log.Warn("could not delete the leftover record of a failed acquisition", "key", leftoverKey(key, a.id), "error", derr)
 		}
 		cancel()
 	}
@@ -140,6 +149,9 @@ type acquirer struct {
 	myKey string
 	rev   int64 // create revision of myKey: the fence
 	desc  desc
+	// takeRev is the revision at which take last found an older
+	// contender.
+	takeRev int64
 }
 
 func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
@@ -165,12 +177,14 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 		clientv3.OpPut(a.myKey, "", clientv3.WithLease(g.ID)),
 		clientv3.OpPut(descKey(g.ID), string(d), clientv3.WithLease(g.ID)),
 	}
-	// Alone under the prefix: hold at once, in this one transaction.
+	// Alone under the prefix: hold at once, in this one transaction. Else
+	// read the owner, and the newest contender before ours, the one to
+	// wait for (the puts come first: ours is the newest).
 	alone := clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()
 	octx, cancel = s.op(ctx)
 	resp, err := s.c.Txn(octx).If(alone).
 		Then(append(slices.Clone(puts), a.leftoverPut(0), clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix()))...).
-		Else(append(puts, clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))...).
+		Else(append(puts, clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), newest(pfx, 2))...).
 		Commit()
 	cancel()
 	if err != nil {
@@ -183,10 +197,9 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 		// is the fence.
 		return a.held(resp.Header.Revision, resp.Responses[3].GetResponseRange().Kvs)
 	}
+	// Not alone when the transaction ran, and it read the owner in the
+	// same revision: someone else.
 	owner := resp.Responses[2].GetResponseRange().Kvs
-	if len(owner) > 0 && owner[0].CreateRevision == a.rev {
-		return a.confirm(ctx) // the others left meanwhile
-	}
 	if !a.claim.Wait {
 		h, err := s.describe(ctx, owner[0])
 		if err != nil {
@@ -194,11 +207,22 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 		}
 		return nil, h, nil
 	}
-	if err := a.wait(ctx); err != nil {
-		return nil, nil, err
+	var before *mvccpb.KeyValue
+	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) == 2 && kvs[0].CreateRevision == a.rev {
+		before = kvs[1]
 	}
-	stamps.Mark("etcd.woken")
-	return a.confirm(ctx)
+	return a.wait(ctx, before, resp.Header.Revision)
+}
+
+// afterTake, set by tests, is told of every take of a waiter: whether it
+// held.
+var afterTake func(key string, held bool)
+
+// newest reads the n contenders under pfx with the highest create
+// revisions, newest first.
+func newest(pfx string, n int64, opts ...clientv3.OpOption) clientv3.Op {
+	return clientv3.OpGet(pfx, append([]clientv3.OpOption{clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(n)}, opts...)...)
 }
 
 // orCause prefers the caller's reason (a signal, --wait) to the error it
@@ -222,15 +246,19 @@ func putLeftover(key string, id clientv3.LeaseID, r leftover) clientv3.Op {
 }
 
 // wait keeps the lease alive and waits until every contender created
-// before ours is gone. Its deletions are watched, as concurrency.Mutex's
-// waitDeletes does; a lost watch is started again.
-func (a *acquirer) wait(ctx context.Context) error {
+// before ours is gone, as concurrency.Mutex's waitDeletes does: it watches
+// the newest contender before ours (before, read at revision rev) until it
+// is deleted, and then tries to take the lease at once (take), which, when
+// an older contender is still there, names the next one to watch: no read
+// of its own between a deletion and the take (P7). A lost watch is
+// started again.
+func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64) (*Lease, *store.Holder, error) {
 	s := a.s
 	kctx, stopKeep := context.WithCancel(ctx)
 	defer stopKeep()
 	kept, err := s.c.KeepAlive(kctx, a.id)
 	if err != nil {
-		return s.fail("keep the waiting lease alive", orCause(ctx, err))
+		return nil, nil, s.fail("keep the waiting lease alive", orCause(ctx, err))
 	}
 	go func() {
 		for range kept { // the client sends; responses only need draining
@@ -238,21 +266,22 @@ func (a *acquirer) wait(ctx context.Context) error {
 	}()
 	s.log.Debug("waiting for the lease", "key", a.key, "lease", leaseHex(a.id))
 	for {
-		octx, cancel := s.op(ctx)
-		resp, err := s.c.Get(octx, prefixOf(a.key), append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(a.rev-1))...)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
+		if before != nil {
+			if err := a.waitDelete(ctx, string(before.Key), rev); err != nil {
+				return nil, nil, err
 			}
-			return s.fail("read the waiters of "+a.key, err)
+			stamps.Mark("etcd.woken")
 		}
-		if len(resp.Kvs) == 0 {
-			return nil
+		l, older, err := a.take(ctx)
+		if afterTake != nil {
+			afterTake(a.key, l != nil)
 		}
-		if err := a.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Header.Revision); err != nil {
-			return err
+		if l != nil || err != nil {
+			return l, nil, err
 		}
+		// Watched from after the revision take saw it at, so that no
+		// deletion is missed.
+		before, rev = older, a.takeRev
 	}
 }
 
@@ -267,6 +296,7 @@ func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64) error 
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
+				stamps.Mark("etcd.wait.deleted")
 				return nil
 			}
 		}
@@ -284,43 +314,58 @@ func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64) error 
 	}
 }
 
-// confirm makes sure, after a wait, that our key is still there with its
-// create revision and is the first under the prefix (etcd#11456), keeps the
-// lease alive once to learn its term, and records the leftovers.
-func (a *acquirer) confirm(ctx context.Context) (*Lease, *store.Holder, error) {
+// take holds the lease if our key is the oldest contender, checking in
+// the same transaction that it is still there with its create revision
+// (etcd#11456: a lease that expired while waiting), and records the
+// leftovers; it keeps the lease alive once at the same time, to learn its
+// term: one round trip. When an older contender is still there, it returns
+// the newest of them, to wait for.
+func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 	s := a.s
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	// The keep-alive and the transaction go at once: one round trip of the
-	// handoff, not two (P7).
 	start := a.claim.Clock()
 	kept := make(chan error, 1)
+	var term store.Term
 	go func() {
 		ka, err := s.c.KeepAliveOnce(octx, a.id)
+		stamps.Mark("etcd.take.kept")
 		if err == nil {
-			a.term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
+			term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
 		}
 		kept <- err
 	}()
+	pfx := prefixOf(a.key)
 	mine := clientv3.Compare(clientv3.CreateRevision(a.myKey), "=", a.rev)
-	resp, err := s.c.Txn(octx).If(mine).
-		Then(clientv3.OpGet(prefixOf(a.key), clientv3.WithFirstCreate()...), a.leftoverPut(uint64(a.rev)),
-			clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix())).
+	first := clientv3.Compare(clientv3.CreateRevision(pfx), ">", a.rev-1).WithPrefix()
+	resp, err := s.c.Txn(octx).If(mine, first).
+		Then(a.leftoverPut(uint64(a.rev)), clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix())).
+		Else(clientv3.OpGet(a.myKey), newest(pfx, 1, clientv3.WithMaxCreateRev(a.rev-1))).
 		Commit()
-	if kerr := <-kept; kerr != nil {
-		return nil, nil, s.fail("keep the lease alive", orCause(ctx, kerr))
-	}
+	stamps.Mark("etcd.take.txn")
+	kerr := <-kept
 	if err != nil {
-		return nil, nil, s.fail("confirm "+a.myKey, orCause(ctx, err))
+		return nil, nil, s.fail("take "+a.myKey, orCause(ctx, err))
 	}
-	if !resp.Succeeded {
+	if resp.Succeeded {
+		if kerr != nil {
+			// Held, but with no term to start the keeper from: give it
+			// back (Acquire revokes the lease).
+			return nil, nil, s.fail("keep the lease alive", orCause(ctx, kerr))
+		}
+		a.term = term
+		l, _, err := a.held(resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs)
+		return l, nil, err
+	}
+	if me := resp.Responses[0].GetResponseRange().Kvs; len(me) == 0 || me[0].CreateRevision != a.rev {
 		return nil, nil, fmt.Errorf("etcdstore: %s was deleted or its lease expired while it waited", a.myKey)
 	}
-	first := resp.Responses[0].GetResponseRange().Kvs
-	if len(first) == 0 || first[0].CreateRevision != a.rev {
-		return nil, nil, fmt.Errorf("etcdstore: %s: a contender older than ours appeared while waiting", a.myKey)
+	older := resp.Responses[1].GetResponseRange().Kvs
+	if len(older) == 0 {
+		return nil, nil, fmt.Errorf("etcdstore: %s: not the oldest contender, and none older found", a.myKey)
 	}
-	return a.held(resp.Header.Revision, resp.Responses[2].GetResponseRange().Kvs)
+	a.takeRev = resp.Header.Revision
+	return nil, older[0], nil
 }
 
 // held makes the Lease once ownership is confirmed at header revision
@@ -329,7 +374,7 @@ func (a *acquirer) held(confirmed int64, records []*mvccpb.KeyValue) (*Lease, *s
 	l := &Lease{
 		s: a.s, key: a.key, myKey: a.myKey, id: a.id, rev: a.rev, confirmed: confirmed,
 		ttl: a.term.TTL, clock: a.claim.Clock, term: a.term, host: a.s.host,
-		changes: make(chan struct{}, 1), desc: a.desc,
+		changes: make(chan struct{}, 1), desc: a.desc, cgroup: a.claim.Cgroup != "",
 		left: leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.s.host, Name: a.claim.Name, PID: os.Getpid(), Fence: uint64(a.rev)},
 	}
 	l.pred, l.predKeys = predecessor(records, leftoverKey(a.key, a.id), a.s.host)

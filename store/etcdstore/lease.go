@@ -38,6 +38,12 @@ type Lease struct {
 	left     leftover // this holder's own leftover record
 	predKeys []string // this host's leftover records of the predecessors
 	released bool
+	// cgroup: the claim named a cgroup, which finds the tree exactly, so
+	// SetCommand leaves its record to the next write (cmdPending), or to
+	// cmdTimer's within commandDelay.
+	cgroup     bool
+	cmdPending bool
+	cmdTimer   *time.Timer
 }
 
 var _ store.Lease = (*Lease)(nil)
@@ -92,14 +98,38 @@ func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
 	if err != nil {
 		return store.Term{}, l.s.fail("keep "+l.myKey+" alive", err)
 	}
-	resp, err := l.s.c.Txn(ctx).If(l.mine()).Commit()
+	// The compare carries what SetCommand left for the next write.
+	l.mu.Lock()
+	pending := l.pending()
+	l.mu.Unlock()
+	resp, err := l.s.c.Txn(ctx).If(l.mine()).Then(pending...).Commit()
 	if err != nil {
 		return store.Term{}, l.s.fail("check "+l.myKey, err)
 	}
 	if !resp.Succeeded {
 		return store.Term{}, l.lost("was deleted")
 	}
+	if len(pending) > 0 {
+		l.mu.Lock()
+		l.cmdPending = false
+		l.mu.Unlock()
+	}
 	return store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}, nil
+}
+
+// pending are the writes SetCommand left for the next one: the
+// description with the command's pid and the leftover record with its
+// process group and session. Called with l.mu held.
+func (l *Lease) pending() []clientv3.Op {
+	if !l.cmdPending {
+		return nil
+	}
+	return []clientv3.Op{l.descPut(), putLeftover(l.key, l.id, l.left)}
+}
+
+func (l *Lease) descPut() clientv3.Op {
+	data, _ := json.Marshal(l.desc)
+	return clientv3.OpPut(descKey(l.id), string(data), clientv3.WithLease(l.id))
 }
 
 // Check reads whether the holder key is still ours and whether a cancel
@@ -127,29 +157,57 @@ func (l *Lease) Tick(ctx context.Context, t time.Time) error {
 
 // SetCommand records the command's pid in the holder's description, and
 // its process group and session in its leftover record, in one
-// transaction before it returns: a holder that dies after this leaves
-// what the next one needs to find its tree.
+// transaction: a holder that dies after this leaves what the next one
+// needs to find its tree. With a cgroup, which the leftover record names
+// from the acquisition on and which finds the tree exactly, the record is
+// left to the next write (a renewal, a tick) or written within
+// commandDelay, as the store contract allows: an uncontended run of a
+// short command costs no write for it (P7). Without one it is written
+// before SetCommand returns.
 func (l *Lease) SetCommand(ctx context.Context, group, session store.ProcessID) error {
 	stamps.Mark("etcd.setcommand")
-	defer stamps.Mark("etcd.setcommand.done")
 	l.mu.Lock()
 	l.left.Group, l.left.Session = group, session
-	left := putLeftover(l.key, l.id, l.left)
+	l.desc.CommandPID = group.ID
+	l.cmdPending = true
+	if l.cgroup {
+		if l.cmdTimer == nil && !l.released {
+			l.cmdTimer = time.AfterFunc(commandDelay, func() {
+				// A lost lease says so to the keeper at its next check.
+				_ = l.describe(context.Background(), nil)
+			})
+		}
+		l.mu.Unlock()
+		return nil
+	}
 	l.mu.Unlock()
-	return l.describe(ctx, func(d *desc) { d.CommandPID = group.ID }, left)
+	return l.describe(ctx, func(*desc) {})
 }
 
-func (l *Lease) describe(ctx context.Context, change func(*desc), also ...clientv3.Op) error {
+// commandDelay is how long SetCommand leaves its record for another write
+// to carry: status shows a long command's pid within it.
+const commandDelay = 500 * time.Millisecond
+
+// describe writes the holder's description after change, with whatever
+// SetCommand left pending, if the holder key is still ours.
+func (l *Lease) describe(ctx context.Context, change func(*desc)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released {
 		return l.lost("was released")
 	}
-	change(&l.desc)
-	data, _ := json.Marshal(l.desc)
+	if !l.cmdPending && change == nil {
+		return nil
+	}
+	if change != nil {
+		change(&l.desc)
+	}
+	ops := []clientv3.Op{l.descPut()}
+	if l.cmdPending {
+		ops = append(ops, putLeftover(l.key, l.id, l.left))
+	}
 	ctx, cancel := l.op(ctx)
 	defer cancel()
-	ops := append([]clientv3.Op{clientv3.OpPut(descKey(l.id), string(data), clientv3.WithLease(l.id))}, also...)
 	resp, err := l.s.c.Txn(ctx).If(l.mine()).Then(ops...).Commit()
 	if err != nil {
 		return l.s.fail("describe "+l.myKey, err)
@@ -157,6 +215,7 @@ func (l *Lease) describe(ctx context.Context, change func(*desc), also ...client
 	if !resp.Succeeded {
 		return l.lost("was revoked, expired or deleted")
 	}
+	l.cmdPending = false
 	return nil
 }
 
@@ -195,6 +254,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.released = true
 	stamps.Mark("etcd.release")
+	if l.cmdTimer != nil {
+		l.cmdTimer.Stop()
+	}
 	l.stopWatch()
 	octx, cancel := l.s.op(ctx)
 	defer cancel()
