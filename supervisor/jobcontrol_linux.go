@@ -55,6 +55,9 @@ var jobSignals = []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGT
 // to it with SIGCONT.
 func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.Signal, ends func(os.Signal) error) error {
 	sent, cont := p.jobSigs, p.cont
+	// fresh: a signal was forwarded, with the SIGCONT that follows it to
+	// what of the tree is stopped, since the last stop was acted on.
+	fresh := false
 	for {
 		select {
 		case <-done:
@@ -64,6 +67,7 @@ func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.S
 				return err
 			}
 			p.forward(s)
+			fresh = fresh || followedByCont(s.(syscall.Signal))
 		case s := <-sent:
 			p.log.Debug("stop signal sent to fencerun: stopping the command first", "signal", logfield.Signal(s.(syscall.Signal)))
 			if err := p.Signal(s.(syscall.Signal)); err != nil {
@@ -74,6 +78,35 @@ func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.S
 				p.log.Debug("the command stopped; no terminal, so fencerun goes on fencing it", "signal", logfield.Signal(sig))
 				continue
 			}
+			if sig == syscall.SIGTTIN || sig == syscall.SIGTTOU {
+				// A background read or write of the terminal, right after
+				// a signal came for the command: the command may have
+				// stopped before it acted on the signal (Signal continues
+				// only what it read as stopped), or the signal may still
+				// be waiting here. Both happen when fencerun is continued
+				// by bash's kill of the stopped job: the SIGTERM bash sent
+				// first can reach os/signal after the SIGCONT, when
+				// another thread took it (measured with the CPUs busy: in
+				// 1 of 40 continues it was not there yet, in 1 of 170 not
+				// a millisecond later), so suspend found none to forward,
+				// continued the command, and it stopped on its read with
+				// the SIGTERM not acted on: the job stayed stopped. The
+				// command is continued once more instead, to act on it; a
+				// second such stop stops the job.
+				more, err := p.forwardWaiting(forward, ends)
+				if err != nil {
+					return err
+				}
+				if fresh || more {
+					fresh = false
+					p.log.Debug("the command stopped on the terminal with a signal sent to it since: continuing it to act on that first", "signal", logfield.Signal(sig))
+					if err := p.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, ErrFinished) {
+						p.log.Debug("continuing the command", "error", err)
+					}
+					continue
+				}
+			}
+			fresh = false
 			if err := p.suspend(sig, cont, k, forward, ends); err != nil {
 				return err
 			}
@@ -143,13 +176,11 @@ func (p *Process) suspend(sig syscall.Signal, cont <-chan os.Signal, k Keeper, f
 		return err
 	}
 	// os/signal hands a batch of signals over in increasing order, so those
-	// that came with the SIGCONT (a lower number) are waiting already.
-	for len(forward) > 0 {
-		s := <-forward
-		if err := ends(s); err != nil {
-			return err // the run ends: the command is stopped as on any end
-		}
-		p.forward(s)
+	// that came with the SIGCONT (a lower number) are mostly waiting
+	// already; one that another thread took may come later, and JobControl
+	// sees to it if the command stops on the terminal before acting on it.
+	if _, err := p.forwardWaiting(forward, ends); err != nil {
+		return err // the run ends: the command is stopped as on any end
 	}
 	if inForeground(p.tty) {
 		p.gaveTerminal.Store(true)
@@ -158,6 +189,21 @@ func (p *Process) suspend(sig syscall.Signal, cont <-chan os.Signal, k Keeper, f
 	p.hold(false)
 	p.log.Debug("continued: continuing the command", "foreground", inForeground(p.tty))
 	return p.Signal(syscall.SIGCONT)
+}
+
+// forwardWaiting forwards the signals waiting in forward, unless ends
+// gives an error for one; cont reports whether one is of those Signal
+// follows with SIGCONT.
+func (p *Process) forwardWaiting(forward <-chan os.Signal, ends func(os.Signal) error) (cont bool, err error) {
+	for len(forward) > 0 {
+		s := <-forward
+		if err := ends(s); err != nil {
+			return cont, err
+		}
+		p.forward(s)
+		cont = cont || followedByCont(s.(syscall.Signal))
+	}
+	return cont, nil
 }
 
 func (p *Process) forward(s os.Signal) {
