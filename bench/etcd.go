@@ -79,7 +79,7 @@ func (h *harness) startEtcd(fencerunBin string, fencerunErr error) *etcdBench {
 	}
 	url := srv.URL()
 	e.fencerun = h.fencerunOn("fencerun --etcd", fencerunBin, helperErr, func(lockSpec) []string { return []string{"--etcd", url} })
-	e.fencerun.shared = true
+	e.fencerun.shared, e.fencerun.settle = true, etcdSettle
 
 	bin, err := exec.LookPath("etcdctl")
 	if err != nil {
@@ -194,7 +194,7 @@ func (e *etcdBench) etcdctlTool(h *harness, bin string, err error) *tool {
 		}
 	}
 	url := e.server.URL()
-	t := &tool{name: name, err: err, shared: true}
+	t := &tool{name: name, err: err, shared: true, settle: etcdSettle}
 	t.argv = func(l lockSpec, cmd ...string) []string {
 		return append([]string{bin, "--endpoints", url, "lock", l.key, "--"}, cmd...)
 	}
@@ -209,6 +209,16 @@ func (e *etcdBench) etcdctlTool(h *harness, bin string, err error) *tool {
 	}
 	return t
 }
+
+// etcdSettle is how long a queued etcd waiter is left before the holder
+// lets go. etcd delivers a watch that starts at a revision already
+// written (concurrency.Mutex's, so etcdctl's, starts at the revision its
+// transaction read) only once a loop that runs every 100 ms has synced it:
+// an etcdctl waiter woken sooner than that waits for the loop, some 50 ms
+// on average, which is etcd's, not the handoff's (fencerun's waiter
+// watches from the next revision, synced at once). Both tools get the
+// same wait, so the figure is a settled waiter's handoff.
+const etcdSettle = 200 * time.Millisecond
 
 // etcdPair is P7's: fencerun --etcd against both etcdctls, no slower than
 // either.

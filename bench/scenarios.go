@@ -339,6 +339,12 @@ func (h *harness) settle(t *tool, l lockSpec, p *proc, ahead int) error {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	if t.settle > 0 {
+		time.Sleep(t.settle)
+		if ok, err := asleep(p.pid()); err != nil || !ok {
+			return fmt.Errorf("waiter %d not asleep after settling %s: %v", p.pid(), t.settle, err)
+		}
+	}
 	return nil
 }
 

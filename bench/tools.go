@@ -30,6 +30,10 @@ type tool struct {
 	// shared: the tool's locks live on one server (etcd), so each
 	// scenario's lock is a key of its own there, not k in a fresh directory.
 	shared bool
+	// settle is how long a waiter is left, once seen queued and asleep,
+	// for what the harness cannot see to settle before it is woken: on
+	// etcd, the server's watcher (etcdSettle).
+	settle time.Duration
 	// argv runs cmd while holding l, waiting for it as long as it takes.
 	argv func(l lockSpec, cmd ...string) []string
 	// queued reports whether the process pid is waiting for l: it has
