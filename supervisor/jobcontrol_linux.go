@@ -48,7 +48,10 @@ var jobSignals = []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGT
 // signals that came with the continue (bash's kill of a stopped job sends
 // SIGTERM, then SIGCONT) are forwarded, the command's group is given the
 // terminal's foreground if this process has it (fg, not bg), and the tree
-// is continued.
+// is continued. A command that stops on the terminal (SIGTTIN, SIGTTOU)
+// after a signal was forwarded to it, which it may not have acted on yet,
+// or with one waiting in forward (os/signal may hand bash's SIGTERM over
+// after its SIGCONT), is continued once more instead of stopping the job.
 //
 // Without a terminal this process never stops itself: a command stopped
 // by SIGSTOP stays stopped and fenced, and Signal follows any other signal
