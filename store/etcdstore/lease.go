@@ -307,10 +307,12 @@ func (l *Lease) LeftoversStopped(ctx context.Context) error {
 
 // Release deletes the holder key, its description, cancel request and
 // leftover record in one transaction (the next waiter is woken by that
-// deletion) and, at the same time, revokes the lease, which deletes the
-// same keys but the leftover record: one round trip, not two (P7). A lost
-// lease only has its leftover record deleted: its command's tree is gone,
-// or Release would not be called.
+// deletion), and then revokes the lease, which has no key left on it. The
+// revoke goes after the transaction, not beside it: beside it, it delayed
+// the deletion's event by 0.2 ms (P7). It is waited for: sent and not
+// waited for, 8 of 20 leases outlived a run that exited at once, until
+// their TTL. A lost lease only has its leftover record deleted: its
+// command's tree is gone, or Release would not be called.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -326,17 +328,17 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.stopWatch()
 	octx, cancel := l.s.op(ctx)
 	defer cancel()
-	revoked := make(chan error, 1)
-	go func() {
-		_, err := l.s.c.Revoke(octx, l.id)
-		revoked <- err
-	}()
 	own := clientv3.OpDelete(leftoverKey(l.key, l.id))
 	_, err := l.s.c.Txn(octx).If(l.mine()).
 		Then(clientv3.OpDelete(l.myKey), clientv3.OpDelete(descKey(l.id)), clientv3.OpDelete(cancelKey(l.id)), own).
 		Else(own).Commit()
 	stamps.Mark("etcd.release.txn")
-	if rerr := <-revoked; rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+	// A call of its own: a transaction that ran out of time leaves the
+	// revoke its own, which deletes the keys on the lease.
+	rctx, rcancel := l.s.op(ctx)
+	_, rerr := l.s.c.Revoke(rctx, l.id)
+	rcancel()
+	if rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
 		// The keys are gone with the transaction; the lease, with no key
 		// left on it, expires by itself.
 		l.s.log.Debug("could not revoke a released lease; it expires by itself", "lease", leaseHex(l.id), "error", rerr)
