@@ -27,6 +27,8 @@
 // counter that cannot be read is never an error, only a new reservation.
 // A reservation that cannot be read fails closed (store.ErrCorrupt naming
 // the file); Repair restarts it above anything this host can have counted.
+// So does a FIFO, directory or other non-regular file where the counter
+// belongs, on which Take fails before its lock; Repair removes it.
 //
 // A reservation file in an earlier resident role's format,
 // {"schema":1,"fence":N} (the last fence it handed out, written by
@@ -205,19 +207,49 @@ type Repaired struct {
 	From  uint64
 }
 
+// Problem is the error a Take would fail with on what stands in the
+// files' places now, found without creating, locking or changing
+// anything: a reservation that cannot be read, or something other than a
+// regular file where the counter belongs. It is nil when Take can work.
+func (c Counter) Problem() error {
+	if _, _, err := c.read(); err != nil {
+		return err
+	}
+	fd, err := c.Dir.OpenFile(c.Lock, unix.O_RDONLY)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	return nil
+}
+
 // Repair restarts a reservation that cannot be read above every fence
 // this host can have counted: the larger of floorHint, any number still
 // readable in it and the Unix time now in microseconds, which no counter
-// that grows by one per acquisition reaches. It returns nil when there was
-// nothing to repair.
+// that grows by one per acquisition reaches. What stands where the counter
+// belongs and is no regular file (a FIFO, a directory), on which every
+// Take fails before it locks, is removed first: nobody can hold the fence
+// lock on it, and a new counter only costs a reservation. A symlink there
+// stays refused. It returns nil when there was nothing to repair.
 func (c Counter) Repair(floorHint uint64, now time.Time) (*Repaired, error) {
+	junk := c.Dir.ClearJunk(c.Lock)
+	if junk != nil && !errors.Is(junk, statefs.ErrNoJunk) {
+		return nil, junk
+	}
 	fd, _, _, err := c.lock()
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	_, cur, cause := c.read()
+	res, cur, cause := c.read()
 	if cause == nil {
+		if junk == nil {
+			// The counter starts afresh: the next Take reserves anew.
+			return &Repaired{Cause: fmt.Errorf("%w: %s was not a regular file", store.ErrCorrupt, c.Dir.Join(c.Lock)), From: res.Reserved + 1}, nil
+		}
 		return nil, nil
 	}
 	if !errors.Is(cause, store.ErrCorrupt) {

@@ -161,3 +161,61 @@ func TestFencesBeyondTheLimitAreCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Something other than a regular file where the counter belongs fails
+// every Take before the fence lock (S6, naming it); Problem says so
+// without changing anything, and Repair clears it: nobody can hold the
+// lock on it, and a new counter only costs a reservation (S4).
+func TestJunkInTheCountersPlaceIsRepaired(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(string) error
+	}{
+		{"fifo", func(p string) error { return unix.Mkfifo(p, 0o600) }},
+		{"directory", func(p string) error { return os.Mkdir(p, 0o700) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCounter(t)
+			last := take(t, c, 1)
+			path := c.Dir.Join(c.Lock)
+			os.Remove(path)
+			if err := tc.make(path); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Take(1); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Take over a %s counter: %v, want ErrCorrupt naming %s", tc.name, err, path)
+			}
+			if err := c.Problem(); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Problem = %v, want ErrCorrupt naming %s", err, path)
+			}
+			r, err := c.Repair(0, time.Now())
+			if err != nil || r == nil || !strings.Contains(r.Cause.Error(), path) {
+				t.Fatalf("Repair = %+v, %v; want the %s at %s cleared", r, err, tc.name, path)
+			}
+			got := take(t, c, 1)
+			if got <= last || got < r.From {
+				t.Fatalf("fence %d after the repair, want above %d and at least %d", got, last, r.From)
+			}
+			if err := c.Problem(); err != nil {
+				t.Fatalf("Problem after the repair: %v", err)
+			}
+			if r, err := c.Repair(0, time.Now()); r != nil || err != nil {
+				t.Fatalf("Repair of good files = %+v, %v; want nothing done", r, err)
+			}
+		})
+	}
+	// A symlink stays refused, for its owner to look at.
+	c := newCounter(t)
+	take(t, c, 1)
+	path := c.Dir.Join(c.Lock)
+	os.Remove(path)
+	if err := os.Symlink("/etc/passwd", path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Repair(0, time.Now()); !errors.Is(err, store.ErrUnsafe) {
+		t.Fatalf("Repair over a symlinked counter: %v, want ErrUnsafe", err)
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the symlink was not left in place: %v, %v", fi, err)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
@@ -158,6 +160,29 @@ func TestCorruptReservationFailsClosedUntilRevoked(t *testing.T) {
 	}
 	if got := takeFence(t, s, "other"); got <= before || got <= uint64(time.Now().Add(-time.Hour).UnixMicro()) {
 		t.Fatalf("fence %d after clearing, want above %d and above the clock floor", got, before)
+	}
+}
+
+// A FIFO where the store's fence counter belongs stops every acquisition
+// in the store, naming it; any key's release --force clears it, and fences
+// go on above every earlier one.
+func TestAFifoInTheCountersPlaceFailsClosedUntilRevoked(t *testing.T) {
+	s := openStore(t)
+	before := takeFence(t, s, "k")
+	path := filepath.Join(s.Root(), counterFile)
+	os.Remove(path)
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := s.Acquire(context.Background(), "other", store.Claim{Name: "t", TTL: time.Minute})
+	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("acquire over a fifo counter: %v, want ErrCorrupt naming %s", err, path)
+	}
+	if had, err := s.Revoke(context.Background(), "k"); err != nil || !had {
+		t.Fatalf("Revoke = %v, %v; want the fifo cleared", had, err)
+	}
+	if got := takeFence(t, s, "other"); got <= before {
+		t.Fatalf("fence %d after clearing, want above %d", got, before)
 	}
 }
 
