@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
@@ -18,36 +19,60 @@ import (
 // within a second (its Renew and Check say store.ErrLost: exit 76), and
 // its claim keeps every newcomer from starting until its tree is gone
 // (moved_linux.go). It also clears what fails closed: a corrupt payload of
-// a role nobody holds, or junk (a directory, a FIFO) where the lock file
-// belongs. A symlink there stays refused as unsafe. It reports whether
-// there was a holder or corrupt state; a free role is left as it is, with
-// whatever leftovers its stale payload records for the next holder.
-func Revoke(storePath string) (bool, error) {
+// a role nobody holds, junk (a directory, a FIFO) where the lock file
+// belongs, and a fence reservation that cannot be read or junk where its
+// counter belongs (restarted above every fence handed out before, as the
+// file backend's release --force does; repairFences). A symlink in any of
+// their places stays refused as unsafe. It reports whether there was a
+// holder or an unreadable lock file, and what it repaired of the fences
+// (nil: nothing); a free role is left as it is, with whatever leftovers
+// its stale payload records for the next holder.
+func Revoke(storePath string) (bool, *fences.Repaired, error) {
 	p, err := pathsOf(storePath)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
+	had, hint, err := revokeLock(p)
+	if err != nil {
+		return had, nil, err
+	}
+	// A fence beyond what the allocator hands out is no dead holder's.
+	if hint > fences.Max-2*fences.Block {
+		hint = 0
+	}
+	repaired, err := repairFences(p, hint)
+	if err != nil {
+		return had, nil, fmt.Errorf("resident: release: %w", err)
+	}
+	return had, repaired, nil
+}
+
+// revokeLock is Revoke's part on the lock file; it also returns the
+// largest fence still readable in it, for repairFences.
+func revokeLock(p paths) (bool, uint64, error) {
 	fd, err := openFile(p.lock, unix.O_RDONLY, true)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return false, nil
+		return false, 0, nil
 	case errors.Is(err, store.ErrCorrupt):
-		return true, clearJunk(p.lock)
+		return true, 0, clearJunk(p.lock)
 	case err != nil:
-		return false, fmt.Errorf("resident: release: %w", err)
+		return false, 0, fmt.Errorf("resident: release: %w", err)
 	}
 	defer unix.Close(fd)
+	raw, _ := statefs.ReadFD(fd, p.lock)
+	hint := statefs.Salvage(raw, "fence")
 	held, err := statefs.ProbeFD(fd, p.lock)
 	if err != nil {
-		return false, fmt.Errorf("resident: release: %w", err)
+		return false, hint, fmt.Errorf("resident: release: %w", err)
 	}
 	if !held {
 		if _, _, err := readPayload(fd, p.lock); errors.Is(err, store.ErrCorrupt) {
-			return true, removeIfSame(fd, p.lock)
+			return true, hint, removeIfSame(fd, p.lock)
 		}
-		return false, nil
+		return false, hint, nil
 	}
-	return true, removeIfSame(fd, p.lock)
+	return true, hint, removeIfSame(fd, p.lock)
 }
 
 // removeIfSame deletes path if it still names the file open as fd.

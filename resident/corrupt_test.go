@@ -98,7 +98,7 @@ func TestUnlockedGarbageFailsClosed(t *testing.T) {
 	if b, _ := os.ReadFile(lock); string(b) != "garbage{" {
 		t.Fatalf("the corrupt payload was overwritten: %q", b)
 	}
-	if had, err := Revoke(storePath); !had || err != nil {
+	if had, _, err := Revoke(storePath); !had || err != nil {
 		t.Fatalf("Revoke = %v, %v", had, err)
 	}
 	r := mustAcquire(t, storePath, Claim{})

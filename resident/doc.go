@@ -29,7 +29,12 @@
 // (statefs.WriteAtomic); the payload is written in place. A payload
 // that cannot be read fails closed, held or not (S6): Acquire returns
 // store.ErrCorrupt naming the file, Status says corrupt, and Revoke
-// (release --resident --force) clears it. The lock file is deleted only by
+// (release --resident --force) clears it. Revoke also clears a fence reservation
+// that cannot be read, or a FIFO or directory where the fence counter
+// belongs (fences.Counter.Repair: the next fence is above every one
+// handed out before); until then every Acquire fails naming the file. A
+// payload whose fence is beyond fences.Max is corrupt, as a file
+// backend record's is: the next fence would wrap around. The lock file is deleted only by
 // Revoke: deleting or replacing it (by hand, a cleanup script) would let a
 // standby lock a fresh inode, so a holder checks that the path still names
 // the inode it locked (inotify, a check every second, Renew, Check) and

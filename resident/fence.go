@@ -1,9 +1,13 @@
 package resident
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fencerun/fencerun/internal/fences"
+	"github.com/fencerun/fencerun/internal/statefs"
+	"github.com/fencerun/fencerun/store"
 )
 
 // The role's fencing tokens (S4) come from the one fence allocator of
@@ -24,9 +28,44 @@ func nextFence(p paths, stale uint64) (uint64, error) {
 		return 0, err
 	}
 	defer d.Close()
-	fence, err := fences.Counter{Dir: d, Reservation: name, Lock: name + "-next"}.Take(stale + 1)
+	fence, err := counterIn(d, name).Take(stale + 1)
+	if errors.Is(err, store.ErrCorrupt) {
+		return 0, fmt.Errorf("resident: %w (release --resident %s --force clears it)", err, p.store)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("resident: %w", err)
 	}
 	return fence, nil
+}
+
+// counterIn is the role's fence counter: the fence file name in d, the
+// role's directory, and its counter beside it.
+func counterIn(d statefs.Dir, name string) fences.Counter {
+	return fences.Counter{Dir: d, Reservation: name, Lock: name + "-next"}
+}
+
+// repairFences restarts the role's fence reservation when it cannot be
+// read, or clears what stands in the counter's place, as release --force
+// does for the file backend's (fences.Counter.Repair): the next fence is
+// above the larger of floorHint (a dead holder's payload's) and every
+// fence handed out before. It creates nothing where there is nothing to
+// repair, and returns nil then. Looking first, it reads another user's
+// files too; it repairs only with the role's own access (openIn), so that
+// another user's fence files are refused, not replaced.
+func repairFences(p paths, floorHint uint64) (*fences.Repaired, error) {
+	d, name, err := openIn(p.fence, true)
+	if err != nil {
+		return nil, nil // no directory: nothing there to repair
+	}
+	problem := counterIn(d, name).Problem()
+	d.Close()
+	if problem == nil || !errors.Is(problem, store.ErrCorrupt) {
+		return nil, nil // readable, or unsafe (a symlink): Take names it
+	}
+	d, name, err = openIn(p.fence, false)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return counterIn(d, name).Repair(floorHint, time.Now())
 }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
@@ -88,6 +89,10 @@ func decodePayload(data []byte, path string) (p payload, empty bool, err error) 
 		err = fmt.Errorf("pid %d", p.PID)
 	case p.Fence == 0:
 		err = fmt.Errorf("no fence")
+	case p.Fence > fences.Max:
+		// No fence beyond it is ever handed out (and the next, above it,
+		// would wrap around).
+		err = fmt.Errorf("fence %d is beyond %d", p.Fence, uint64(fences.Max))
 	case p.AcquiredAt.IsZero():
 		err = fmt.Errorf("no acquired_at")
 	}

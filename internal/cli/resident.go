@@ -79,11 +79,16 @@ func validTarget(cmd, key, storePath string) error {
 // releaseResident is `release --resident PATH --force`.
 func releaseResident(path string) error {
 	before, _ := resident.Status(path)
-	had, err := resident.Revoke(path)
+	had, repaired, err := resident.Revoke(path)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
+	if repaired != nil {
+		fmt.Printf("cleared the unreadable fence state of the resident role of %s (%s); its fencing tokens go on from %d\n",
+			path, store.Printable(repaired.Cause.Error()), repaired.From)
+	}
 	switch {
+	case !had && repaired != nil:
 	case !had:
 		fmt.Printf("the resident role of %s was free: nothing to release\n", path)
 	case before != nil && before.Holder != nil:
