@@ -1,5 +1,7 @@
 // Package stamps times the steps of one fencerun process from inside it,
-// for finding where its start-up and a handoff spend their time (issue 13).
+// for finding where its start-up and a handoff spend their time (issue 13;
+// on etcd, issue 11: cmd/fencerun-etcd, cmd/fencerun/hop and store/etcdstore
+// mark the exec hop, the dial, the transactions and the release).
 //
 // Mark records a named moment on CLOCK_MONOTONIC, the clock of the bench's
 // stamp program (bench/stamp), so the marks line up with its stamps and
