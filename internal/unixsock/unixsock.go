@@ -20,8 +20,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -129,40 +132,100 @@ func DialAt(ctx context.Context, network string, dirfd int, dir, name string) (n
 // path for as long as a holder's command tree may run, so a newcomer whose
 // state files were moved or unlinked under a live holder still meets it.
 // Abstract names are per network namespace, and anyone in it may bind one:
-// the caller decides whom to believe by the holder's uid.
+// the caller decides whom to believe by the holder's uid (its
+// SO_PEERCRED, or, when its listen backlog is full, the kernel's socket
+// table: diag_linux.go).
 type Claim struct {
-	ln *net.UnixListener
+	ln       *net.UnixListener
+	name     string
+	released bool
 }
 
 // TakeClaim binds the abstract name name. When someone else holds it, it
 // returns a nil Claim and the holder's uid (-1 when that cannot be told).
+//
+// A name held only by a copy of a listener of this very process that it
+// no longer holds itself is not a holder: a child between fork and exec
+// keeps the copy (close-on-exec) for a moment after the Release. Such a
+// name is tried again for up to claimSettle, and so is one whose holder
+// cannot be told (its last descriptor closing as it exits).
 func TakeClaim(name string) (*Claim, int, error) {
+	deadline := time.Now().Add(claimSettle)
+	for {
+		c, uid, pid, err := takeClaim(name)
+		if c != nil || err != nil {
+			return c, uid, err
+		}
+		transient := uid < 0 || pid == os.Getpid() && !holding(name)
+		if !transient || time.Now().After(deadline) {
+			return nil, uid, nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// claimSettle bounds how long TakeClaim waits out a name held for a moment.
+const claimSettle = 100 * time.Millisecond
+
+func takeClaim(name string) (c *Claim, uid, pid int, err error) {
 	addr := &net.UnixAddr{Name: "@" + name, Net: "unix"}
+	claims.Lock()
 	ln, err := net.ListenUnix("unix", addr)
 	if err == nil {
-		return &Claim{ln: ln}, 0, nil
+		claims.held[name] = true
+		claims.Unlock()
+		return &Claim{ln: ln, name: name}, 0, 0, nil
 	}
+	claims.Unlock()
 	if !errors.Is(err, unix.EADDRINUSE) {
-		return nil, 0, fmt.Errorf("unixsock: claim %s: %w", name, err)
+		return nil, 0, 0, fmt.Errorf("unixsock: claim %s: %w", name, err)
+	}
+	// Who holds it: its credentials, connecting; when a full backlog
+	// (diag_linux.go) or anything else keeps the connect from telling, the
+	// kernel's socket table.
+	unknown := func() (*Claim, int, int, error) {
+		if uid, ok := listenerUID(name); ok {
+			return nil, uid, 0, nil
+		}
+		return nil, -1, 0, nil
 	}
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, -1, nil
+		return unknown()
 	}
 	defer unix.Close(fd)
 	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: "@" + name}); err != nil {
-		return nil, -1, nil
+		return unknown()
 	}
 	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
-		return nil, -1, nil
+		return unknown()
 	}
-	return nil, int(cred.Uid), nil
+	// A listener's credentials are those of the process that bound it.
+	return nil, int(cred.Uid), int(cred.Pid), nil
+}
+
+// claims are the names this process holds.
+var claims = struct {
+	sync.Mutex
+	held map[string]bool
+}{held: map[string]bool{}}
+
+func holding(name string) bool {
+	claims.Lock()
+	defer claims.Unlock()
+	return claims.held[name]
 }
 
 // Release gives the name up.
 func (c *Claim) Release() {
 	if c != nil {
+		claims.Lock()
+		defer claims.Unlock()
+		if claims.held[c.name] && !c.released {
+			delete(claims.held, c.name)
+		}
+		c.released = true
 		c.ln.Close()
 	}
 }
