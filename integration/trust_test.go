@@ -444,6 +444,68 @@ func TestResidentLockUnlinkedNoOverlap(t *testing.T) {
 	t.Logf("resident exited %v after its lock file was removed (2s of it the grace of a command ignoring TERM)", took)
 }
 
+// S1, S9: another local user fills the listen backlog of a resident
+// holder's claim (an abstract name: anyone may connect to it, and nobody
+// accepts on it) and then cannot make a newcomer start beside the holder
+// whose lock file was removed. Before: with the backlog full the claim's
+// holder could not be told (uid -1), it was ignored as a stranger's, and
+// the standby started at once, its flock failing on the first resident's
+// command still in its grace.
+func TestResidentClaimBacklogFilledByAnotherUserNoOverlap(t *testing.T) {
+	stranger := addUser(t)
+	t.Parallel()
+	s := newSandbox(t)
+	excl, storePath := s.path("excl"), s.path("app.db")
+	holder := s.start(s.fencerun("holder", "run", "--resident", storePath, "--grace", "2s", "--",
+		"flock", "-n", excl, "sh", "-c", `trap "" TERM; echo $$ > pids.tmp && mv pids.tmp pids; exec sleep 1000`))
+	pids := s.pids("pids")
+	real, err := filepath.EvalSymlinks(storePath)
+	if err != nil {
+		real = storePath // the store file need not exist: its directory's real path then
+		if d, err := filepath.EvalSymlinks(filepath.Dir(storePath)); err == nil {
+			real = filepath.Join(d, filepath.Base(storePath))
+		}
+	}
+	const fill = `
+import hashlib, socket, sys
+name = "\0fencerun/resident/" + hashlib.sha256(sys.argv[1].encode()).hexdigest()[:32]
+n = 0
+while n < 70000:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.setblocking(False)
+    try:
+        c.connect(name)
+    except BlockingIOError:
+        print("full after %d" % n)
+        break
+    finally:
+        c.close()
+    n += 1
+else:
+    print("never full")
+`
+	out, err := stranger.as(exec.Command("/usr/bin/python3", "-c", fill, real)).CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "full after") {
+		t.Fatalf("filling the claim's backlog as uid %d: %v: %s", stranger.uid, err, out)
+	}
+	t.Logf("as uid %d: %s", stranger.uid, strings.TrimSpace(string(out)))
+	if err := os.Remove(storePath + ".resident.lock"); err != nil {
+		t.Fatal(err)
+	}
+	standby := s.start(s.fencerun("standby", "run", "--resident", storePath, "--wait", "forever", "--",
+		"flock", "-n", excl, "sh", "-c", "touch second-ran"))
+	if code := exitOf(t, holder); code != 76 {
+		t.Errorf("resident whose lock file was removed: exit %d, want 76", code)
+	}
+	waitGone(t, pids...)
+	if code := exitOf(t, standby); code != 0 {
+		t.Fatalf("standby: exit %d, want 0 (1: its flock found the first resident's command still running)", code)
+	}
+	if _, err := os.Stat(s.path("second-ran")); err != nil {
+		t.Fatal("the standby's command never ran")
+	}
+}
+
 // S9: a next holder that cannot stop a dead holder's leftovers (another
 // member's processes in a group store, without a cgroup to kill them by)
 // never starts beside them: it exits 125 naming their pid and uid.
