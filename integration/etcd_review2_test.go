@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -185,4 +186,49 @@ func TestEtcdTermCountsFromTheSendNotTheAnswer(t *testing.T) {
 	}
 	h.Process.Signal(syscall.SIGTERM)
 	exitOf(t, h)
+}
+
+// TestEtcdNestedKeyTakeSparesTheLiveHolderBelowIt: key "a/b"'s contender
+// keys lie under key "a"'s lock prefix (as etcdctl lock's do), and its
+// leftover record lay under key "a"'s leftover prefix. A waiter on "a"
+// that takes the lease while "a/b" is held (taken after the waiter queued,
+// so not an older contender) must not take the live "a/b" holder's record
+// for a dead predecessor's and stop its command.
+func TestEtcdNestedKeyTakeSparesTheLiveHolderBelowIt(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	eps := c.Endpoints()
+	cl := c.Client()
+	dir := t.TempDir()
+	hold := func(key, name string) *exec.Cmd {
+		h := onEtcd(t, eps, "run", "--key", key, "--ttl", "5", "--", "sh", "-c",
+			"echo $$ > "+filepath.Join(dir, name)+".tmp; mv "+filepath.Join(dir, name)+".tmp "+filepath.Join(dir, name)+
+				"; while [ ! -e "+filepath.Join(dir, name+".go")+" ]; do sleep 0.01; done")
+		startLogged(t, h, dir, name)
+		return h
+	}
+	first := hold("nest", "first")
+	waitFile(t, filepath.Join(dir, "first"))
+	waiter := hold("nest", "waiter")
+	waitContenders(t, cl, "nest", 2)
+	below := hold("nest/b", "below")
+	waitFile(t, filepath.Join(dir, "below"))
+	belowPid := readPids(filepath.Join(dir, "below"))[0]
+	os.WriteFile(filepath.Join(dir, "first.go"), nil, 0o644)
+	if code := exitOf(t, first); code != 0 {
+		t.Fatalf("first holder exited %d", code)
+	}
+	waitFile(t, filepath.Join(dir, "waiter"))
+	if !alive(belowPid) {
+		data, _ := os.ReadFile(filepath.Join(dir, "waiter.log"))
+		t.Errorf("taking %q stopped the live holder of %q (its command pid %d)\n%s", "nest", "nest/b", belowPid, data)
+	}
+	os.WriteFile(filepath.Join(dir, "waiter.go"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "below.go"), nil, 0o644)
+	if code := exitOf(t, waiter); code != 0 {
+		t.Errorf("waiter exited %d", code)
+	}
+	if code := exitOf(t, below); code != 0 {
+		data, _ := os.ReadFile(filepath.Join(dir, "below.log"))
+		t.Errorf("the holder of %q exited %d\n%s", "nest/b", code, data)
+	}
 }

@@ -377,18 +377,18 @@ func (a *acquirer) held(confirmed int64, records []*mvccpb.KeyValue) (*Lease, *s
 		changes: make(chan struct{}, 1), desc: a.desc, cgroup: a.claim.Cgroup != "",
 		left: leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.s.host, Name: a.claim.Name, PID: os.Getpid(), Fence: uint64(a.rev)},
 	}
-	l.pred, l.predKeys = predecessor(records, leftoverKey(a.key, a.id), a.s.host)
+	l.pred, l.predKeys = predecessor(records, a.key, leftoverKey(a.key, a.id), a.s.host)
 	l.watch()
 	stamps.Mark("etcd.held")
 	a.s.log.Debug("acquired", "key", a.key, "fence", a.rev, "lease", leaseHex(a.id))
 	return l, nil, nil
 }
 
-// predecessor describes the trees dead (or revoked) holders left, from
-// their leftover records other than ours: the newest is the predecessor,
-// every marker is a tree to stop. Only records of this host can be
-// confirmed stopped here (keys lists them).
-func predecessor(records []*mvccpb.KeyValue, own, host string) (*store.Holder, []string) {
+// predecessor describes the trees dead (or revoked) holders of key left,
+// from their leftover records other than ours (own): the newest is the
+// predecessor, every marker is a tree to stop. Only records of this host
+// can be confirmed stopped here (keys lists them).
+func predecessor(records []*mvccpb.KeyValue, key, own, host string) (*store.Holder, []string) {
 	var (
 		p    *store.Holder
 		keys []string
@@ -396,7 +396,7 @@ func predecessor(records []*mvccpb.KeyValue, own, host string) (*store.Holder, [
 	)
 	for _, kv := range records {
 		r, ok := parseLeftover(kv)
-		if string(kv.Key) == own || !ok {
+		if string(kv.Key) == own || !ok || !isLeftoverOf(key, kv.Key) {
 			continue
 		}
 		r = bound(r, host)

@@ -82,7 +82,7 @@ func (s *Store) leftovers(ctx context.Context, st *store.Status, holder string) 
 		return s.fail("read leftovers of "+st.Key, err)
 	}
 	for _, kv := range resp.Kvs {
-		if r, ok := parseLeftover(kv); ok && string(kv.Key) != holder {
+		if r, ok := parseLeftover(kv); ok && string(kv.Key) != holder && isLeftoverOf(st.Key, kv.Key) {
 			st.Leftovers = append(st.Leftovers, bound(r, s.host).tree())
 		}
 	}

@@ -266,6 +266,15 @@ func leftoversOf(key string) string        { return side + "leftovers/" + key + 
 func leftoverKey(key string, id clientv3.LeaseID) string {
 	return leftoversOf(key) + leaseHex(id)
 }
+
+// isLeftoverOf says whether k, read under leftoversOf(key), is a leftover
+// record of key itself: keys may hold "/", so that prefix also covers the
+// records of the keys below key ("a/b" under "a"), whose holders may be
+// alive and are none of key's business.
+func isLeftoverOf(key string, k []byte) bool {
+	rest, ok := strings.CutPrefix(string(k), leftoversOf(key))
+	return ok && rest != "" && !strings.Contains(rest, "/")
+}
 func leaseHex(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
 
 // ttlSeconds is a TTL in etcd's whole seconds, rounded up.
