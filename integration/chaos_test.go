@@ -124,13 +124,14 @@ func runChaos(t *testing.T, cfg chaosConfig) {
 	t.Cleanup(c.report)
 	deadline := c.began.Add(d)
 
+	// Before any slot runs: they read it.
+	for _, code := range cfg.exits {
+		c.allowed[code] = true
+	}
 	var wg sync.WaitGroup
 	for slot := range slots {
 		rng := rand.New(rand.NewPCG(seed, uint64(slot)+1))
 		wg.Go(func() { c.slot(rng, key, deadline, d) })
-	}
-	for _, code := range cfg.exits {
-		c.allowed[code] = true
 	}
 	if cfg.more != nil {
 		rng := rand.New(rand.NewPCG(seed, slots+1))
