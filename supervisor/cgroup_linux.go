@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +36,7 @@ const cgroupPrefix = "fencerun-"
 // contained command nests its cgroup too.
 type Hierarchy struct {
 	mount string // the cgroup2 mount point
+	root  string // the hierarchy's directory mounted there
 	dir   string // this process's own cgroup, under mount
 }
 
@@ -43,7 +45,30 @@ type Hierarchy struct {
 // this process's cgroup in it, and checks that this process may create a
 // cgroup there (as root, or in a subtree delegated to it). The error says
 // why there is none.
-func FindHierarchy() (*Hierarchy, error) { return findHierarchy(mountinfo) }
+func FindHierarchy() (*Hierarchy, error) {
+	h, err := findHierarchy(mountinfo)
+	if err == nil {
+		found.Store(h)
+	}
+	return h, err
+}
+
+// found is the hierarchy FindHierarchy found in this process, if it was
+// called: creating and opening the cgroups below it reads the mounts from
+// it, not from mountinfo again (a run read mountinfo twice for its one
+// cgroup, 50 µs each; P1). The cgroup2 mount of a running process does not
+// move; should it, the cgroup made below the old one fails to be created,
+// which the run reports.
+var found atomic.Pointer[Hierarchy]
+
+// mounted is cgroup2Mount of this process's mounts, or the mount
+// FindHierarchy found.
+func mounted() (mount, root string, err error) {
+	if h := found.Load(); h != nil {
+		return h.mount, h.root, nil
+	}
+	return cgroup2Mount(mountinfo)
+}
 
 // findHierarchy is FindHierarchy with the mounts read from the file mounts.
 func findHierarchy(mounts string) (*Hierarchy, error) {
@@ -59,7 +84,7 @@ func findHierarchy(mounts string) (*Hierarchy, error) {
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return nil, fmt.Errorf("supervisor: this process's cgroup %s is outside the mounted cgroup2 hierarchy %s", own, mount)
 	}
-	h := &Hierarchy{mount: mount, dir: filepath.Join(mount, rel)}
+	h := &Hierarchy{mount: mount, root: root, dir: filepath.Join(mount, rel)}
 	if err := unix.Access(h.dir, unix.W_OK|unix.X_OK); err != nil {
 		return nil, fmt.Errorf("supervisor: cannot create cgroups in %s: %w", h.dir, err)
 	}
@@ -208,7 +233,7 @@ func boundTo(path, marker string) bool {
 
 // openCgroup opens an existing cgroup; fs.ErrNotExist when it is gone.
 func openCgroup(path string) (*cgroup, error) {
-	mount, root, err := cgroup2Mount(mountinfo)
+	mount, root, err := mounted()
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +397,7 @@ func (c *cgroup) remove() error {
 // absolute path inside the cgroup2 hierarchy whose last element fencerun
 // could have created, so that a record can never name another cgroup.
 func validCgroup(path string) error {
-	mount, _, err := cgroup2Mount(mountinfo)
+	mount, _, err := mounted()
 	if err != nil {
 		return err
 	}
