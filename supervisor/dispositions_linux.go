@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,7 +16,7 @@ import (
 var ignoredAtStart = readSigIgn()
 
 func readSigIgn() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
+	b, err := readProcFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
