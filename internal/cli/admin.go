@@ -55,8 +55,12 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Printf("%s was free: nothing to release\n", c.Key)
 	case serr == nil && before.Holder != nil:
 		h := before.Holder
-		fmt.Printf("released %s: revoked %s (pid %d on %s), fence %d, held for %s; its command is being stopped and it exits 76\n",
-			c.Key, store.Printable(h.Name), h.PID, store.Printable(h.Host), h.Fence, time.Since(h.Acquired).Round(time.Second))
+		held := ""
+		if !h.Acquired.IsZero() {
+			held = fmt.Sprintf(", held for %s", time.Since(h.Acquired).Round(time.Second))
+		}
+		fmt.Printf("released %s: revoked %s, fence %d%s; its command is being stopped and it exits 76\n",
+			c.Key, who(h), h.Fence, held)
 	case serr != nil:
 		fmt.Printf("released %s: cleared its unreadable state (%s); its fencing tokens go on above every earlier one\n", c.Key, store.Printable(serr.Error()))
 	default:

@@ -93,8 +93,8 @@ func releaseResident(path string) error {
 		fmt.Printf("the resident role of %s was free: nothing to release\n", path)
 	case before != nil && before.Holder != nil:
 		h := before.Holder
-		fmt.Printf("released the resident role of %s: revoked %s (pid %d on %s), fence %d; its command is being stopped and it exits 76\n",
-			path, store.Printable(h.Name), h.PID, store.Printable(h.Host), h.Fence)
+		fmt.Printf("released the resident role of %s: revoked %s, fence %d; its command is being stopped and it exits 76\n",
+			path, who(h), h.Fence)
 	default:
 		fmt.Printf("released the resident role of %s: cleared its unreadable lock file; its fencing tokens go on above every earlier one\n", path)
 	}

@@ -434,14 +434,28 @@ func describe(h *store.Holder) string {
 	if h == nil {
 		return "held by another process"
 	}
-	s := fmt.Sprintf("held by %s (pid %d on %s", store.Printable(h.Name), h.PID, store.Printable(h.Host))
+	var more []string
 	if !h.Acquired.IsZero() {
-		s += ", since " + h.Acquired.Format(time.RFC3339)
+		more = append(more, "since "+h.Acquired.Format(time.RFC3339))
 	}
 	if h.Reason != "" {
-		s += ", reason: " + store.Printable(h.Reason)
+		more = append(more, "reason: "+store.Printable(h.Reason))
 	}
-	return s + ")"
+	return "held by " + who(h, more...)
+}
+
+// who names a holder or waiter as "name (pid N on host, more...)". A
+// holder the store knows no process of (its record is missing, or its key
+// directory was moved away) has no pid and host to show, and is named by
+// its description alone, never as "pid 0 on".
+func who(h *store.Holder, more ...string) string {
+	if h.PID != 0 || h.Host != "" {
+		more = append([]string{fmt.Sprintf("pid %d on %s", h.PID, store.Printable(h.Host))}, more...)
+	}
+	if len(more) == 0 {
+		return store.Printable(h.Name)
+	}
+	return store.Printable(h.Name) + " (" + strings.Join(more, ", ") + ")"
 }
 
 // withoutFencerunVars drops what an outer fencerun gave this process, so

@@ -234,7 +234,7 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 		fmt.Fprintf(tw, "error:\t%s\n", store.Printable(st.Err.Error()))
 	}
 	if h := st.Holder; h != nil {
-		fmt.Fprintf(tw, "holder:\t%s (pid %d on %s)\n", store.Printable(h.Name), h.PID, store.Printable(h.Host))
+		fmt.Fprintf(tw, "holder:\t%s\n", who(h))
 		if h.CommandPID != 0 {
 			fmt.Fprintf(tw, "command pid:\t%d\n", h.CommandPID)
 		}
@@ -250,7 +250,9 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 		if !h.Expires.IsZero() {
 			fmt.Fprintf(tw, "expires:\t%s (%s)\n", h.Expires.Format(time.RFC3339), relative(h.Expires, now))
 		}
-		fmt.Fprintf(tw, "fence:\t%d\n", h.Fence)
+		if h.Fence != 0 { // fences start at 1: 0 is a holder without a record
+			fmt.Fprintf(tw, "fence:\t%d\n", h.Fence)
+		}
 		if !h.LastTick.IsZero() {
 			fmt.Fprintf(tw, "last tick:\t%s (%s ago)\n", h.LastTick.Format(time.RFC3339), now.Sub(h.LastTick).Round(time.Second))
 		}

@@ -98,14 +98,13 @@ func (w *waitReport) look(st *store.Status) string {
 	h := st.Holder
 	var in strings.Builder
 	if h != nil {
-		fmt.Fprintf(&in, "held by %s (pid %d on %s", store.Printable(h.Name), h.PID, store.Printable(h.Host))
+		var reason []string
 		if h.Reason != "" {
-			fmt.Fprintf(&in, ", reason: %s", store.Printable(h.Reason))
+			reason = append(reason, "reason: "+store.Printable(h.Reason))
 		}
+		in.WriteString("held by " + who(h, reason...))
 		if !h.Acquired.IsZero() {
-			fmt.Fprintf(&in, ") for %s", max(0, time.Since(h.Acquired)).Round(time.Second))
-		} else {
-			in.WriteString(")")
+			fmt.Fprintf(&in, " for %s", max(0, time.Since(h.Acquired)).Round(time.Second))
 		}
 	} else {
 		in.WriteString("not held yet")

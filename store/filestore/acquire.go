@@ -215,7 +215,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 	} else {
 		b.holder = rec.Holder.holder(rec.Fence)
 		if b.holder == nil { // live held without a record: not ours to describe
-			b.holder = &store.Holder{Fence: rec.Fence}
+			b.holder = &store.Holder{Name: unrecordedHolder, Fence: rec.Fence}
 		}
 	}
 	if len(ahead) > 0 && a.entry != nil {

@@ -81,7 +81,7 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 	st.State = store.Held
 	st.Holder = rec.Holder.holder(rec.Fence)
 	if st.Holder == nil {
-		st.Holder = &store.Holder{Fence: rec.Fence}
+		st.Holder = &store.Holder{Name: unrecordedHolder, Fence: rec.Fence}
 	}
 	if !st.Holder.Expires.IsZero() && s.now().After(st.Holder.Expires) {
 		st.State = store.Expired

@@ -141,6 +141,11 @@ func isHex(s string, n int) bool {
 	return true
 }
 
+// unrecordedHolder names a holder that holds the key's live lock while its
+// record names none: its record was deleted by hand, or it is between its
+// lock and its first write. No process is known to show.
+const unrecordedHolder = "a process that holds the key's lock but has no record (deleted, or not yet written)"
+
 // holder describes h for status output, without the token.
 func (h *holderRecord) holder(fence uint64) *store.Holder {
 	if h == nil {
