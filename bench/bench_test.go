@@ -141,7 +141,7 @@ func TestSmoke(t *testing.T) {
 
 	// fencerun's rows, each beside its --cgroup off row where it has one,
 	// and P1's cgroup against --cgroup off; P7's quick rows after P3, its
-	// hold's beside P4/P5's.
+	// hold's after P4/P5's.
 	wantIDs := []string{"P1", "P1", "P1", "P1", "P1", "P1", "P1", "P2", "P2", "P2", "P2", "P2", "P3", "P3", "P3", "P3",
 		"P7", "P7", "P7", "P4", "P4", "P5", "P5", "P7", "P7", "P6", "P6"}
 	var gotIDs []string
