@@ -48,7 +48,14 @@ func startLogged(t *testing.T, c *exec.Cmd, dir, name string) string {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Process.Kill() })
+	t.Cleanup(func() {
+		if c.SysProcAttr != nil && c.SysProcAttr.Setpgid {
+			// etcdctl lock leaves its command running when it is killed
+			// (that is the gap fencerun closes): kill its whole group.
+			syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+		c.Process.Kill()
+	})
 	return path
 }
 
@@ -72,6 +79,7 @@ func waitContenders(t *testing.T, cl *clientv3.Client, key string, n int) {
 func etcdctl(eps string, args ...string) *exec.Cmd {
 	c := exec.Command("etcdctl", append([]string{"--endpoints", eps}, args...)...)
 	c.Env = append(os.Environ(), "ETCDCTL_API=3")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so cleanup can reach its command
 	return c
 }
 
