@@ -250,8 +250,9 @@ func (l *Lease) SetCommand(ctx context.Context, group, session store.ProcessID) 
 }
 
 // commandDelay is how long SetCommand leaves its record for another write
-// to carry: status shows a long command's pid within it.
-const commandDelay = 500 * time.Millisecond
+// to carry: status shows a long command's pid within it. A variable for
+// the tests only.
+var commandDelay = 500 * time.Millisecond
 
 // describe writes the holder's description after change, with whatever
 // SetCommand left pending, if the holder key is still ours.

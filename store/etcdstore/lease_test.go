@@ -67,8 +67,17 @@ func TestSetCommandWithCgroupRidesOnTheNextWrite(t *testing.T) {
 	if _, group := commandRecorded(t, s, l); group != 0 {
 		t.Fatalf("before SetCommand the record names group %d", group)
 	}
-	if err := l.SetCommand(t.Context(), store.ProcessID{ID: 4242, Start: 7}, store.ProcessID{}); err != nil {
+	// No delayed write within this test, so that only the renewal can
+	// carry the record: SetCommand itself must not write it.
+	delay := commandDelay
+	commandDelay = time.Hour
+	err := l.SetCommand(t.Context(), store.ProcessID{ID: 4242, Start: 7}, store.ProcessID{})
+	commandDelay = delay
+	if err != nil {
 		t.Fatal(err)
+	}
+	if pid, group := commandRecorded(t, s, l); pid == 4242 || group == 4242 {
+		t.Fatalf("SetCommand with a cgroup wrote its record at once (status pid %d, recorded group %d): P7", pid, group)
 	}
 	if _, err := l.Renew(t.Context()); err != nil {
 		t.Fatal(err)
