@@ -45,6 +45,14 @@ func TestWhatStandsInAFilesPlace(t *testing.T) {
 	if data, err := d.ReadFile("file"); err != nil || string(data) != "x" {
 		t.Errorf("ReadFile = %q, %v", data, err)
 	}
+	// A create through the symlink would make its target: it must be
+	// refused, and the target must not appear.
+	if fd, err := d.OpenFile("link", unix.O_RDWR|unix.O_CREAT); !errors.Is(err, store.ErrUnsafe) {
+		if err == nil {
+			unix.Close(fd)
+		}
+		t.Errorf("a symlink opened to create: %v, want ErrUnsafe", err)
+	}
 	if _, err := os.Lstat(filepath.Join(dir, "target")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("followed the symlink: %v", err)
 	}
