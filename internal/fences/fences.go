@@ -114,7 +114,7 @@ func (c Counter) Take(atLeast uint64) (uint64, error) {
 		}
 		fence = max(fence, res.Reserved+1)
 		if fence > Max-Block {
-			return 0, fmt.Errorf("%w: %s: fences are used up", store.ErrCorrupt, c.Dir.Join(c.Reservation))
+			return 0, c.usedUp()
 		}
 		n.Reserved = fence + Block - 1
 		if err := c.reserve(rcur, reservation{Reserved: n.Reserved, Boot: boot}); err != nil {
@@ -200,6 +200,35 @@ func (c Counter) read() (reservation, statefs.Slotted, error) {
 	return r, cur, nil
 }
 
+// usedUp is Take's error for a reservation at or beyond Max-Block: no
+// fence is left to hand out above it. Only damage or a hand edit gets
+// there (a counter that grows by one per acquisition does not), so
+// Problem reports it and Repair restarts the reservation.
+func (c Counter) usedUp() error {
+	return fmt.Errorf("%w: %s: fences are used up", store.ErrCorrupt, c.Dir.Join(c.Reservation))
+}
+
+// readUsable is read, with a reservation that leaves no fence to hand
+// out (usedUp) an error too.
+func (c Counter) readUsable() (reservation, statefs.Slotted, error) {
+	res, cur, err := c.read()
+	if err == nil && res.Reserved >= Max-Block {
+		return res, cur, c.usedUp()
+	}
+	return res, cur, err
+}
+
+// salvageable is n if a fence or reservation this high can have been
+// handed out with fences left above it, else 0: a number beyond
+// Max-2*Block in a damaged file is damage, not a count, and a floor from
+// it would leave Repair's new reservation used up at once.
+func salvageable(n uint64) uint64 {
+	if n > Max-2*Block {
+		return 0
+	}
+	return n
+}
+
 // Repaired says what Repair did: why the reservation could not be read,
 // and the first fence handed out from now.
 type Repaired struct {
@@ -212,7 +241,7 @@ type Repaired struct {
 // anything: a reservation that cannot be read, or something other than a
 // regular file where the counter belongs. It is nil when Take can work.
 func (c Counter) Problem() error {
-	if _, _, err := c.read(); err != nil {
+	if _, _, err := c.readUsable(); err != nil {
 		return err
 	}
 	fd, err := c.Dir.OpenFile(c.Lock, unix.O_RDONLY)
@@ -233,7 +262,10 @@ func (c Counter) Problem() error {
 // belongs and is no regular file (a FIFO, a directory), on which every
 // Take fails before it locks, is removed first: nobody can hold the fence
 // lock on it, and a new counter only costs a reservation. A symlink there
-// stays refused. It returns nil when there was nothing to repair.
+// stays refused. A reservation that leaves no fence to hand out (used
+// up) is restarted too, and numbers beyond Max-2*Block are not salvaged:
+// a repaired reservation always has fences left. It returns nil when
+// there was nothing to repair.
 func (c Counter) Repair(floorHint uint64, now time.Time) (*Repaired, error) {
 	junk := c.Dir.ClearJunk(c.Lock)
 	if junk != nil && !errors.Is(junk, statefs.ErrNoJunk) {
@@ -244,7 +276,7 @@ func (c Counter) Repair(floorHint uint64, now time.Time) (*Repaired, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	res, cur, cause := c.read()
+	res, cur, cause := c.readUsable()
 	if cause == nil {
 		if junk == nil {
 			// The counter starts afresh: the next Take reserves anew.
@@ -258,7 +290,8 @@ func (c Counter) Repair(floorHint uint64, now time.Time) (*Repaired, error) {
 	if err := c.Dir.ClearJunk(c.Reservation); err != nil && !errors.Is(err, statefs.ErrNoJunk) {
 		return nil, err
 	}
-	floor := min(max(statefs.Salvage(cur.Raw, "reserved"), statefs.Salvage(cur.Raw, "fence"), floorHint, uint64(now.UnixMicro())), Max-Block)
+	floor := min(max(salvageable(statefs.Salvage(cur.Raw, "reserved")), salvageable(statefs.Salvage(cur.Raw, "fence")),
+		salvageable(floorHint), uint64(now.UnixMicro())), Max-2*Block)
 	if err := c.reserve(statefs.Slotted{}, reservation{Reserved: floor}); err != nil {
 		return nil, err
 	}

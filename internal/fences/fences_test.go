@@ -219,3 +219,43 @@ func TestJunkInTheCountersPlaceIsRepaired(t *testing.T) {
 		t.Fatalf("the symlink was not left in place: %v, %v", fi, err)
 	}
 }
+
+// A reservation at or beyond the limit, in either format (an earlier
+// role's {"schema":1,"fence":N} with N huge included), fails Take closed;
+// Problem names it, so that release --force repairs it, and the repaired
+// reservation has fences left: Take works after one Repair.
+func TestAUsedUpReservationIsRepairedToOneWithFencesLeft(t *testing.T) {
+	for _, content := range []string{
+		`{"schema":1,"fence":18446744073709551615}`,
+		`{"schema":1,"fence":9223372036854775808}`,
+		`{"schema":1,"fence":9223372036854775807}`,
+		`{"schema":1,"reserved":18446744073709551615,"boot":"b"}`,
+		`{"schema":1,"reserved":9223372036854775790,"boot":"b"}`,
+	} {
+		c := newCounter(t)
+		if err := os.WriteFile(c.Dir.Join(c.Reservation), []byte(content+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Take(1); !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("%s: Take = %v, want ErrCorrupt", content, err)
+		}
+		if err := c.Problem(); !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("%s: Problem = %v, want ErrCorrupt (release --force must see it)", content, err)
+		}
+		now := time.Now()
+		r, err := c.Repair(0, now)
+		if err != nil || r == nil {
+			t.Fatalf("%s: Repair = %+v, %v; want a repair", content, r, err)
+		}
+		got, err := c.Take(1)
+		if err != nil {
+			t.Fatalf("%s: Take after Repair (fences from %d): %v", content, r.From, err)
+		}
+		if got < r.From || got < uint64(now.UnixMicro()) {
+			t.Fatalf("%s: fence %d after the repair, want at least %d", content, got, r.From)
+		}
+		if err := c.Problem(); err != nil {
+			t.Fatalf("%s: Problem after the repair: %v", content, err)
+		}
+	}
+}
