@@ -51,7 +51,7 @@ chaos minutes="5":
 bench *FLAGS:
     command -v flock >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)
     command -v gcc >/dev/null || (apt-get update -qq && apt-get install -y -qq gcc libc6-dev)
-    CGO_ENABLED=0 go run ./bench -out BENCHMARKS.md {{FLAGS}}
+    CGO_ENABLED=0 go run ./bench {{FLAGS}}
 
 # gofmt, go vet, staticcheck.
 lint:

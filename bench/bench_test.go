@@ -288,3 +288,21 @@ func TestOnly(t *testing.T) {
 		t.Errorf("P4 alone with a 1s hold TTL: %v", err)
 	}
 }
+
+// just bench passes its flags through, so that -only prints a partial
+// table without rewriting BENCHMARKS.md (the harness writes -out only when
+// it is given): the recipe itself must not give -out.
+func TestJustBenchLeavesOutToTheHarness(t *testing.T) {
+	raw, err := os.ReadFile("../Justfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, recipe, ok := strings.Cut(string(raw), "\nbench *FLAGS:\n")
+	if !ok {
+		t.Fatal("Justfile has no bench recipe")
+	}
+	recipe, _, _ = strings.Cut(recipe, "\n\n")
+	if strings.Contains(recipe, "-out") {
+		t.Fatalf("just bench passes -out, so just bench -only p7 rewrites BENCHMARKS.md with a partial table:\n%s", recipe)
+	}
+}
