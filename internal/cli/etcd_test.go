@@ -3,6 +3,10 @@ package cli
 import (
 	"os"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/fencerun/fencerun/store"
 )
 
 // TestEarlyEtcdFlagsAgreeWithTheParse: the guess fencerun-etcd dials
@@ -70,4 +74,29 @@ func unsetenv(t *testing.T, v string) {
 			os.Setenv(v, old)
 		}
 	})
+}
+
+// An --etcd given empty is refused (125, naming the flag) before anything
+// is created: taken as the file backend, a lock meant for every host would
+// be this host's only. FENCERUN_ETCD set empty is unset, as every variable.
+func TestAnEmptyEtcdFlagIsRefused(t *testing.T) {
+	unsetenv(t, "FENCERUN_ETCD")
+	dir := t.TempDir() + "/state"
+	opened := false
+	opener := func(EtcdFlags, hclog.Logger) (store.Store, error) { opened = true; return nil, os.ErrInvalid }
+	for _, args := range [][]string{
+		{"--dir", dir, "--etcd", "", "run", "--key", "k", "--", "true"},
+		{"--dir", dir, "--etcd=", "status", "k"},
+		{"--dir", dir, "run", "--etcd", " ", "--key", "k", "--", "true"},
+	} {
+		if code := Main(args, opener); code != exitFailed {
+			t.Errorf("%q: exit %d, want %d", args, code, exitFailed)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("%q created %s (%v)", args, dir, err)
+		}
+	}
+	if opened {
+		t.Error("an empty --etcd opened a store")
+	}
 }

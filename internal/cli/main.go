@@ -104,7 +104,10 @@ func Main(args []string, etcd EtcdOpener) int {
 	if err != nil {
 		return parseFailed(err, parser, early, log)
 	}
-	if cli.Etcd != "" {
+	if cli.Etcd != "" || etcdFlagGiven(kctx) {
+		// An --etcd given empty (--etcd "$UNSET") is refused with the
+		// reason, as --etcd , is, never taken as the file backend: a lock
+		// meant for every host would be this host's only.
 		if err := cli.selectEtcd(kctx, args); err != nil {
 			log.Error(err.Error())
 			return exitFailed
@@ -148,6 +151,17 @@ func parseFailed(err error, parser *kong.Kong, early logOptions, log hclog.Logge
 	}
 	log.Error(err.Error() + hint(perr))
 	return exitFailed
+}
+
+// etcdFlagGiven says whether --etcd is on the command line, whatever its
+// value.
+func etcdFlagGiven(kctx *kong.Context) bool {
+	for _, p := range kctx.Path {
+		if p.Flag != nil && p.Flag.Name == "etcd" {
+			return true
+		}
+	}
+	return false
 }
 
 // selectEtcd checks the etcd flags and, in a binary without the etcd
