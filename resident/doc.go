@@ -33,7 +33,7 @@
 // that cannot be read, or a FIFO or directory where the fence counter
 // belongs (fences.Counter.Repair: the next fence is above every one
 // handed out before); until then every Acquire fails naming the file. A
-// payload whose fence is beyond fences.Max is corrupt, as a file
+// payload whose fence is beyond fences.Max-2*fences.Block (no fence would be left above it) is corrupt, as a file
 // backend record's is: the next fence would wrap around. The lock file is deleted only by
 // Revoke: deleting or replacing it (by hand, a cleanup script) would let a
 // standby lock a fresh inode, so a holder checks that the path still names

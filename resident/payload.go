@@ -89,10 +89,12 @@ func decodePayload(data []byte, path string) (p payload, empty bool, err error) 
 		err = fmt.Errorf("pid %d", p.PID)
 	case p.Fence == 0:
 		err = fmt.Errorf("no fence")
-	case p.Fence > fences.Max:
-		// No fence beyond it is ever handed out (and the next, above it,
-		// would wrap around).
-		err = fmt.Errorf("fence %d is beyond %d", p.Fence, uint64(fences.Max))
+	case p.Fence > fences.Max-2*fences.Block:
+		// No fence this high is ever handed out with fences left above
+		// it: the next holder's would be used up (or, beyond fences.Max,
+		// wrap around), so every Acquire would fail while release --force
+		// saw a free role with nothing to clear.
+		err = fmt.Errorf("fence %d is beyond %d", p.Fence, uint64(fences.Max-2*fences.Block))
 	case p.AcquiredAt.IsZero():
 		err = fmt.Errorf("no acquired_at")
 	}

@@ -70,7 +70,8 @@ func TestReleaseForceClearsUnreadableFenceFiles(t *testing.T) {
 // next holder must not start with a fence below it (2^64-1 + 1 wraps to
 // 0), and release --force clears it.
 func TestAPayloadFenceBeyondTheLimitIsCorrupt(t *testing.T) {
-	for _, fence := range []uint64{1<<64 - 1, 1<<64 - 2, 1<<63 + 1} {
+	// Just under fences.Max too: no fence would be left above it.
+	for _, fence := range []uint64{1<<64 - 1, 1<<64 - 2, 1<<63 + 1, 1 << 63, 1<<63 - 8, 1<<63 - 2*64 + 1} {
 		t.Run(fmt.Sprint(fence), func(t *testing.T) {
 			storePath := t.TempDir() + "/app.db"
 			last := takeRole(t, storePath)
