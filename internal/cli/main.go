@@ -118,6 +118,11 @@ func Main(args []string, etcd EtcdOpener) int {
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	kctx.Bind(parser)
 	err = kctx.Run(&cli.Globals)
+	if cli.backend != nil {
+		// run's store, released by now: the etcd backend's Close removes
+		// its private tick directory, which would be left in $TMPDIR.
+		cli.backend.Close()
+	}
 	if exit >= 0 { // help COMMAND
 		return exit
 	}
