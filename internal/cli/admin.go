@@ -63,6 +63,11 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 			c.Key, who(h), h.Fence, held)
 	case serr != nil:
 		fmt.Printf("released %s: cleared its unreadable state (%s); its fencing tokens go on above every earlier one\n", c.Key, store.Printable(serr.Error()))
+	case serr == nil:
+		// Free when read: Revoke cleared what failed closed (junk in the
+		// key's files' places, the store's fence reservation; its warning
+		// names it), or broke a holder that came in between.
+		fmt.Printf("released %s: it had no holder when read; cleared unusable state (logged above), and a holder that took it since has its fence broken (it exits 76)\n", c.Key)
 	default:
 		fmt.Printf("released %s: its holder's fence is broken and its command is being stopped (it exits 76)\n", c.Key)
 	}
