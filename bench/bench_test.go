@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -304,5 +306,20 @@ func TestJustBenchLeavesOutToTheHarness(t *testing.T) {
 	recipe, _, _ = strings.Cut(recipe, "\n\n")
 	if strings.Contains(recipe, "-out") {
 		t.Fatalf("just bench passes -out, so just bench -only p7 rewrites BENCHMARKS.md with a partial table:\n%s", recipe)
+	}
+}
+
+// -only given empty (-only "$UNSET") is refused at once, not taken as no
+// -only: that is a full run, which rewrites BENCHMARKS.md.
+func TestAnEmptyOnlyIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "run", ".", "-only", "", "-tmp", t.TempDir(), "-out", "-")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("-only \"\" did not stop at once: it measured:\n%s", out)
+	}
+	if err == nil || !strings.Contains(string(out), `-only "" names no figure`) {
+		t.Fatalf("-only \"\": %v\n%s", err, out)
 	}
 }

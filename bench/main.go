@@ -60,6 +60,14 @@ func main() {
 	only := flag.String("only", "", "measure only these figures, comma-separated (p1,…,p7; p4 brings p5), and print the table without writing -out unless it is given")
 	flag.StringVar(&cfg.Etcdctl, "etcdctl", "", "P7: the current etcdctl to measure beside Debian's (default: build it from the module proxy at the etcd client's version; none: Debian's only)")
 	flag.Parse()
+	onlyGiven := false
+	flag.Visit(func(f *flag.Flag) { onlyGiven = onlyGiven || f.Name == "only" })
+	if onlyGiven && strings.TrimSpace(*only) == "" {
+		// Not a full run that rewrites BENCHMARKS.md: -only "$UNSET" asked
+		// for a part.
+		fmt.Fprintln(os.Stderr, `bench: -only "" names no figure: give p1 … p7, comma-separated, or leave -only out to measure all`)
+		os.Exit(2)
+	}
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
 		outGiven := false
