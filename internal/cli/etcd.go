@@ -1,7 +1,12 @@
 package cli
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,7 +28,7 @@ type EtcdFlags struct {
 	KeyFile     string        `placeholder:"FILE" env:"FENCERUN_KEY_FILE,ETCDCTL_KEY" help:"etcd: the client certificate's private key (etcdctl --key; here --key names the lease)."`
 	User        string        `placeholder:"NAME[:PASSWORD]" env:"FENCERUN_USER,ETCDCTL_USER" help:"etcd: user name, or name:password as etcdctl takes it."`
 	Password    string        `placeholder:"TEXT" env:"FENCERUN_PASSWORD,ETCDCTL_PASSWORD" help:"etcd: the user's password."`
-	DialTimeout time.Duration `default:"2s" env:"FENCERUN_DIAL_TIMEOUT,ETCDCTL_DIAL_TIMEOUT" help:"etcd: how long to wait for the cluster before giving up (exit 125)."`
+	DialTimeout time.Duration `default:"2s" env:"FENCERUN_DIAL_TIMEOUT,ETCDCTL_DIAL_TIMEOUT" help:"etcd: how long to wait for the cluster before giving up (exit 125); more than 0."`
 }
 
 // Credentials are the user and password, split from NAME:PASSWORD when no
@@ -62,6 +67,15 @@ func (c *CLI) checkEtcd(kctx *kong.Context) error {
 	if len(c.Endpoints()) == 0 {
 		return usage("--etcd %q names no endpoint", c.Etcd)
 	}
+	if err := c.check(); err != nil {
+		// Named as the user gave it: a variable exported for etcdctl
+		// is found faster by its own name.
+		var bad *badEtcdFlag
+		if errors.As(err, &bad) {
+			return usage("%s: %s", origin(kctx, bad.flag, bad.value), bad.why)
+		}
+		return usage("%v", err)
+	}
 	if c.Run.Resident != "" || c.Status.Resident != "" {
 		return usage("--resident is a role on this host's files; it cannot be held on etcd (--etcd %s)", c.Etcd)
 	}
@@ -74,6 +88,93 @@ func (c *CLI) checkEtcd(kctx *kong.Context) error {
 		}
 	}
 	return nil
+}
+
+// badEtcdFlag is an etcd flag's value that no cluster could be reached
+// with: refused before anything is dialled, instead of after
+// --dial-timeout (E6 names the endpoint and the cause; a malformed one
+// is known at once).
+type badEtcdFlag struct {
+	flag, value, why string
+}
+
+func (e *badEtcdFlag) Error() string { return fmt.Sprintf("--%s %s: %s", e.flag, e.value, e.why) }
+
+// check refuses a --dial-timeout that is not positive and an endpoint
+// the etcd client cannot dial whatever the network does. The client
+// would take 0 for its own 2 s default, and wait out the whole timeout on
+// "notaurl" before naming its missing port.
+func (f EtcdFlags) check() error {
+	if f.DialTimeout <= 0 {
+		return &badEtcdFlag{"dial-timeout", f.DialTimeout.String(), "must be more than 0 (how long to wait for the cluster before exit 125)"}
+	}
+	for _, ep := range f.Endpoints() {
+		if err := checkEndpoint(ep); err != nil {
+			return &badEtcdFlag{"etcd", f.Etcd, fmt.Sprintf("endpoint %q: %v (an endpoint is http://HOST:PORT, https://HOST:PORT, HOST:PORT or unix://PATH, as etcdctl --endpoints takes them)", ep, err)}
+		}
+	}
+	return nil
+}
+
+// checkEndpoint says what makes ep undialable, as the etcd client reads
+// endpoints (client/v3/internal/endpoint): unix:PATH and unixs:PATH (also
+// with //), http:// and https:// URLs, whose host is dialled, and a bare
+// HOST:PORT. Anything else it hands to the dialler as is, which fails.
+func checkEndpoint(ep string) error {
+	for _, p := range []string{"unixs://", "unix://", "unixs:", "unix:"} {
+		if path, ok := strings.CutPrefix(ep, p); ok {
+			if path == "" {
+				return errors.New("names no socket path")
+			}
+			return nil
+		}
+	}
+	hostport := ep
+	if scheme, _, ok := strings.Cut(ep, "://"); ok {
+		if scheme != "http" && scheme != "https" {
+			return fmt.Errorf("scheme %q is not one etcd serves (http, https, unix, unixs)", scheme)
+		}
+		u, err := url.Parse(ep)
+		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return err
+		}
+		hostport = u.Host
+	}
+	_, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return errors.New(ae.Err)
+		}
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}
+
+// origin names where the flag name's value came from: "--name value"
+// when it was typed or left to its default, else "VARIABLE=value" of the
+// first of its variables that is set.
+func origin(kctx *kong.Context, name, value string) string {
+	if !typed(kctx, name) {
+		for _, f := range kctx.Flags() {
+			if f.Name != name {
+				continue
+			}
+			for _, env := range f.Envs {
+				if _, ok := os.LookupEnv(env); ok {
+					return env + "=" + value
+				}
+			}
+		}
+	}
+	return "--" + name + " " + value
 }
 
 // EarlyEtcdFlags reads the etcd flags from args and the environment before
@@ -121,5 +222,6 @@ func EarlyEtcdFlags(args []string) (f EtcdFlags, ok bool) {
 		return f, false
 	}
 	f.DialTimeout = d
-	return f, len(f.Endpoints()) > 0
+	// Flags the parse will refuse are not dialled with.
+	return f, len(f.Endpoints()) > 0 && f.check() == nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -79,8 +80,13 @@ func unsetenv(t *testing.T, v string) {
 // An --etcd given empty is refused (125, naming the flag) before anything
 // is created: taken as the file backend, a lock meant for every host would
 // be this host's only. FENCERUN_ETCD set empty is unset, as every variable.
-func TestAnEmptyEtcdFlagIsRefused(t *testing.T) {
-	unsetenv(t, "FENCERUN_ETCD")
+// So are a malformed endpoint and a --dial-timeout of 0, before any store
+// is opened or dialled, early (fencerun-etcd's dial during the parse) or
+// not.
+func TestBadEtcdFlagsAreRefused(t *testing.T) {
+	for _, v := range []string{"FENCERUN_ETCD", "FENCERUN_DIAL_TIMEOUT", "ETCDCTL_DIAL_TIMEOUT"} {
+		unsetenv(t, v)
+	}
 	dir := t.TempDir() + "/state"
 	opened := false
 	opener := func(EtcdFlags, hclog.Logger) (store.Store, error) { opened = true; return nil, os.ErrInvalid }
@@ -88,7 +94,13 @@ func TestAnEmptyEtcdFlagIsRefused(t *testing.T) {
 		{"--dir", dir, "--etcd", "", "run", "--key", "k", "--", "true"},
 		{"--dir", dir, "--etcd=", "status", "k"},
 		{"--dir", dir, "run", "--etcd", " ", "--key", "k", "--", "true"},
+		{"--dir", dir, "--etcd", "notaurl", "run", "--key", "k", "--", "true"},
+		{"--dir", dir, "--etcd", "http://127.0.0.1:2379,h:x", "status", "k"},
+		{"--dir", dir, "--etcd", "http://127.0.0.1:2379", "--dial-timeout", "0", "run", "--key", "k", "--", "true"},
 	} {
+		if f, ok := EarlyEtcdFlags(args); ok {
+			t.Errorf("%q: fencerun-etcd would dial %+v during the parse", args, f)
+		}
 		if code := Main(args, opener); code != exitFailed {
 			t.Errorf("%q: exit %d, want %d", args, code, exitFailed)
 		}
@@ -97,6 +109,35 @@ func TestAnEmptyEtcdFlagIsRefused(t *testing.T) {
 		}
 	}
 	if opened {
-		t.Error("an empty --etcd opened a store")
+		t.Error("a refused --etcd or --dial-timeout opened a store")
+	}
+}
+
+// checkEndpoint takes every form the etcd client dials and refuses, with
+// the cause, what it would only fail on after --dial-timeout.
+func TestCheckEndpoint(t *testing.T) {
+	for _, ep := range []string{"http://127.0.0.1:2379", "https://etcd.example:2379", "10.0.0.1:2379", "[::1]:2379",
+		"http://[::1]:2379", "http://u:pw@h:1/ignored", "unix:///run/etcd.sock", "unix://etcd.sock", "unixs:etcd.sock", ":2379"} {
+		if err := checkEndpoint(ep); err != nil {
+			t.Errorf("checkEndpoint(%q) = %v, want nil", ep, err)
+		}
+	}
+	for _, tt := range []struct{ ep, cause string }{
+		{"notaurl", "missing port in address"},
+		{"http://", "missing port in address"},
+		{"http://h", "missing port in address"},
+		{"h:notaport", `port "notaport" is not a number`},
+		{"http://h:99999", `port "99999" is not a number`},
+		{"h:0", `port "0" is not a number`},
+		{"a:b:c", "too many colons"},
+		{"ftp://h:1", `scheme "ftp" is not one etcd serves`},
+		{"://h:1", `scheme "" is not one etcd serves`},
+		{"http://[::1", "missing ']' in host"},
+		{"unix://", "names no socket path"},
+	} {
+		err := checkEndpoint(tt.ep)
+		if err == nil || !strings.Contains(err.Error(), tt.cause) {
+			t.Errorf("checkEndpoint(%q) = %v, want %q", tt.ep, err, tt.cause)
+		}
 	}
 }
