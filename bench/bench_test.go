@@ -309,17 +309,33 @@ func TestJustBenchLeavesOutToTheHarness(t *testing.T) {
 	}
 }
 
-// -only given empty (-only "$UNSET") is refused at once, not taken as no
-// -only: that is a full run, which rewrites BENCHMARKS.md.
-func TestAnEmptyOnlyIsRefused(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", ".", "-only", "", "-tmp", t.TempDir(), "-out", "-")
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("-only \"\" did not stop at once: it measured:\n%s", out)
+// Flags that make no sense are refused at once, before anything is built
+// or measured: -only given empty (-only "$UNSET") is not taken as no -only,
+// which is a full run that rewrites BENCHMARKS.md, and an -etcdctl that is
+// not an executable is not a "not measured" in P7's row at the end of the
+// run.
+func TestBadFlagsAreRefused(t *testing.T) {
+	bench := filepath.Join(t.TempDir(), "bench")
+	if out, err := exec.Command("go", "build", "-o", bench, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	if err == nil || !strings.Contains(string(out), `-only "" names no figure`) {
-		t.Fatalf("-only \"\": %v\n%s", err, out)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-only", ""}, `-only "" names no figure`},
+		{[]string{"-only", "p7", "-etcdctl", "/nonexistent"}, "-etcdctl /nonexistent: stat /nonexistent: no such file or directory"},
+		{[]string{"-only", "p7", "-etcdctl", t.TempDir()}, "is a directory"},
+		{[]string{"-only", "p7", "-etcdctl", "fencerun-tidy-no-such-etcdctl"}, "executable file not found in $PATH"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a failure guard only
+		cmd := exec.CommandContext(ctx, bench, append(tt.args, "-tmp", t.TempDir(), "-out", "-")...)
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			t.Errorf("%q did not stop at once: it measured:\n%s", tt.args, out)
+		} else if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tt.want) {
+			t.Errorf("%q: %v, want exit 2 and %q:\n%s", tt.args, err, tt.want, out)
+		}
+		cancel()
 	}
 }

@@ -22,6 +22,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -67,6 +68,18 @@ func main() {
 		// for a part.
 		fmt.Fprintln(os.Stderr, `bench: -only "" names no figure: give p1 … p7, comma-separated, or leave -only out to measure all`)
 		os.Exit(2)
+	}
+	if cfg.Etcdctl != "" && cfg.Etcdctl != "none" {
+		// Refused before anything is built or measured: a missing binary
+		// would only say so in P7's row, at the end of a run.
+		if _, err := exec.LookPath(cfg.Etcdctl); err != nil {
+			var ee *exec.Error
+			if errors.As(err, &ee) {
+				err = ee.Err
+			}
+			fmt.Fprintf(os.Stderr, "bench: -etcdctl %s: %v: give the path of an etcdctl to measure beside Debian's, or none for Debian's only\n", cfg.Etcdctl, err)
+			os.Exit(2)
+		}
 	}
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
