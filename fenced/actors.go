@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/internal/logfield"
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -32,6 +33,7 @@ type command struct {
 	cfg   *Config
 	lease store.Lease
 	log   hclog.Logger
+	prep  *preparing
 
 	stops   chan time.Duration // stop requests: the instant the tree must be dead by, or 0
 	started chan struct{}      // closed once proc is set
@@ -41,8 +43,8 @@ type command struct {
 	status supervisor.Status // set before gone is closed
 }
 
-func newCommand(cfg *Config, lease store.Lease, log hclog.Logger) *command {
-	return &command{cfg: cfg, lease: lease, log: log,
+func newCommand(cfg *Config, lease store.Lease, log hclog.Logger, prep *preparing) *command {
+	return &command{cfg: cfg, lease: lease, log: log, prep: prep,
 		stops:   make(chan time.Duration),
 		started: make(chan struct{}), gone: make(chan struct{})}
 }
@@ -64,7 +66,8 @@ func (c *command) execute(ctx context.Context) error {
 	if start, err := c.prepare(ctx); !start {
 		return err
 	}
-	p, err := c.cfg.Start(c.lease)
+	stamps.Mark("leftovers.done")
+	p, err := c.cfg.Start(c.lease, c.prep.take())
 	if err != nil {
 		return &startError{err}
 	}
@@ -140,6 +143,7 @@ func (c *command) watch(ctx context.Context, p Process) error {
 	for {
 		select {
 		case c.status = <-waited:
+			stamps.Mark("waited")
 			ran := logfield.Duration(c.cfg.Clock.Now() - began)
 			if c.status.Signal != 0 {
 				c.log.Info("command ended", "signal", logfield.Signal(c.status.Signal), "duration", ran)

@@ -36,7 +36,10 @@
 //   - S1: the command starts only once the lease is held, and only after
 //     the leftovers of dead predecessors are gone (they are stopped to the
 //     end, whatever happens meanwhile: they are not ours to abandon). The
-//     exclusion itself is the store's, the tree the supervisor's.
+//     exclusion itself is the store's, the tree the supervisor's. What
+//     Config.Prepare makes ready beside the acquisition (the command's
+//     cgroup) runs nothing, and is discarded on every path that does not
+//     start the command.
 //   - S2: the lease is released only after the command's whole tree is
 //     gone (supervisor.Process.Wait), on every path; leftovers not
 //     confirmed gone stay with the lease for the next holder.

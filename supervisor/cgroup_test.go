@@ -240,3 +240,73 @@ func TestSharedRecordNamesOnlyItsOwnRunsCgroup(t *testing.T) {
 	wait(t, p)
 	requireGone(t, victim, false)
 }
+
+// Prepare makes the command's cgroup, bound to the run's marker, and runs
+// nothing in it; Discard removes it, and a Start after Discard starts
+// nothing. A prepared Start runs the command in that cgroup with the
+// environment Start is given.
+func TestPreparedCgroup(t *testing.T) {
+	h := hierarchy(t)
+	e := newEnv(t)
+	cfg := Config{Argv: []string{"sh", "-c", `cat /proc/self/cgroup > $INBOX.cg; echo "$LATE" > $INBOX.env; echo $$ > $INBOX`},
+		Env: e.env, Marker: e.marker, Cgroup: h.NewPath()}
+
+	discarded := Prepare(cfg)
+	if !boundTo(cfg.Cgroup, e.marker) {
+		t.Fatalf("the prepared cgroup %s is missing or not bound to the run's marker", cfg.Cgroup)
+	}
+	if pids, err := (&cgroup{path: cfg.Cgroup}).pids(); err != nil || len(pids) != 0 {
+		t.Errorf("the prepared cgroup holds processes %v (%v) before the start", pids, err)
+	}
+	discarded.Discard()
+	if _, err := os.Stat(cfg.Cgroup); !os.IsNotExist(err) {
+		t.Errorf("the discarded cgroup is still there: %v", err)
+	}
+	if p, err := discarded.Start(e.env, nil); err == nil || p != nil {
+		t.Errorf("Start after Discard = %v, %v; want an error", p, err)
+	}
+	discarded.Discard() // a second time: nothing
+
+	cfg.Cgroup = h.NewPath()
+	pr := Prepare(cfg)
+	p, err := pr.Start(append(e.env, "LATE=given at the start"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.inbox.nextPid(t)
+	if st := wait(t, p); st.Code != 0 {
+		t.Errorf("status %+v, want exit 0", st)
+	}
+	b, _ := os.ReadFile(e.inbox.path + ".cg")
+	if want := "0::/" + strings.TrimPrefix(cfg.Cgroup, h.mount+"/"); !strings.Contains(string(b), want+"\n") {
+		t.Errorf("the command's cgroup: %q, want %q", b, want)
+	}
+	if b, _ := os.ReadFile(e.inbox.path + ".env"); string(b) != "given at the start\n" {
+		t.Errorf("the command's environment had LATE=%q, want Start's", b)
+	}
+	if _, err := os.Stat(cfg.Cgroup); !os.IsNotExist(err) {
+		t.Errorf("the command's cgroup is still there after Wait: %v", err)
+	}
+	pr.Discard() // after Start: nothing
+}
+
+// Prepare's failures are Start's: a cgroup that cannot be made (its parent
+// gone) fails the Start, not the Prepare, and nothing is made or run.
+func TestPreparedCgroupThatCannotBeMade(t *testing.T) {
+	h := hierarchy(t)
+	e := newEnv(t)
+	path := filepath.Join(h.NewPath(), "fencerun-nested") // the parent does not exist
+	ran := filepath.Join(t.TempDir(), "ran")
+	pr := Prepare(Config{Argv: []string{"touch", ran}, Env: e.env, Marker: e.marker, Cgroup: path})
+	p, err := pr.Start(e.env, nil)
+	if err == nil || p != nil || !strings.Contains(err.Error(), "creating cgroup") {
+		t.Fatalf("Start = %v, %v; want the cgroup's creation error", p, err)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the command ran")
+	}
+	if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
+		t.Errorf("a cgroup was made: %v", err)
+	}
+	pr.Discard()
+}

@@ -18,7 +18,11 @@
 // cgroup.kill, which no fork can outrun, and the tree is gone when
 // cgroup.events says "populated 0" (woken by poll(2) on that file and on
 // pidfds of its members, not by reading /proc). The cgroup is removed once
-// empty.
+// empty. Prepare makes it (and does the rest of the start that needs
+// neither the command's final environment nor its logger) ahead of Start,
+// so that a caller can do it while it waits for its lease; nothing runs in
+// it until Prepared.Start, and Prepared.Discard removes it. A process
+// killed with SIGKILL between the two leaves it, empty.
 //
 // Without one, the command's tree is found among the descendants of this
 // process: the command's process group; the processes reparented to this

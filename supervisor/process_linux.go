@@ -94,32 +94,122 @@ type Process struct {
 // Start runs the command. It fails with an *ExecError when the command is
 // not found (127) or cannot be executed (126), and with another error when
 // cfg is invalid or this process cannot supervise (it must be able to
-// become a child subreaper).
+// become a child subreaper). It is Prepare(cfg).Start(cfg.Env, cfg.Logger).
 //
 // Start marks every descriptor of this process from 3 on close-on-exec;
 // the command gets 0, 1 and 2 and those this process's parent passed it
 // (see inherited), each at its own number, and nothing else.
 func Start(cfg Config) (*Process, error) {
+	return Prepare(cfg).Start(cfg.Env, cfg.Logger)
+}
+
+// Prepared is a command's start made ready ahead of it (Prepare): the
+// command looked up, this process a child subreaper, and the command's
+// cgroup (Config.Cgroup) created, bound to its marker and opened for
+// clone3. Nothing of the command runs until Start. A Prepared must end in
+// Start or Discard; Start takes what it made over (the Process removes the
+// cgroup once its tree is gone).
+type Prepared struct {
+	cfg  Config
+	path string
+	cg   *cgroup
+	took time.Duration // the cgroup's creation
+	err  error         // why the command cannot start: Start returns it
+	used bool
+}
+
+// Prepare does what Start does before the fork and needs neither the
+// command's final environment nor its logger, so that a caller can do it
+// while it waits for the lease the command needs, or while it takes it. Its
+// failures (the command not found, the cgroup not made) are Start's: they
+// are returned by Start, not here, so that a run fails where and as it did
+// without it. cfg.Env is only used to look the command up when cfg.Path is
+// empty; the Env and Logger given to Start are the command's.
+func Prepare(cfg Config) *Prepared {
+	pr := &Prepared{cfg: cfg}
+	pr.err = pr.prepare()
+	return pr
+}
+
+func (pr *Prepared) prepare() error {
+	cfg := &pr.cfg
 	if len(cfg.Argv) == 0 {
-		return nil, errors.New("supervisor: no command")
+		return errors.New("supervisor: no command")
 	}
 	if cfg.Grace < 0 {
-		return nil, fmt.Errorf("supervisor: negative grace %v", cfg.Grace)
+		return fmt.Errorf("supervisor: negative grace %v", cfg.Grace)
 	}
-	if cfg.Marker != "" && !slices.Contains(cfg.Env, cfg.Marker) {
-		return nil, fmt.Errorf("supervisor: marker %q is not in the command's environment", cfg.Marker)
-	}
-	path, err := cfg.Path, error(nil)
-	if path == "" {
-		if path, err = LookPath(cfg.Argv[0], cfg.Env); err != nil {
-			return nil, err
+	pr.path = cfg.Path
+	if pr.path == "" {
+		var err error
+		if pr.path, err = LookPath(cfg.Argv[0], cfg.Env); err != nil {
+			return err
 		}
 	}
 	if err := setup(); err != nil {
+		return err
+	}
+	stamps.Mark("start.setup")
+	if cfg.Cgroup == "" {
+		return nil
+	}
+	t0 := time.Now()
+	cg, err := createCgroup(cfg.Cgroup)
+	if err != nil {
+		return err
+	}
+	stamps.Mark("cgroup.made")
+	if cfg.Marker != "" {
+		if err := bindCgroup(cfg.Cgroup, cfg.Marker); err != nil && cfg.Logger != nil {
+			cfg.Logger.Debug("could not bind the cgroup to this run; a shared store's next holder will not trust it", "error", err)
+		}
+		stamps.Mark("cgroup.bound")
+	}
+	pr.cg, pr.took = cg, time.Since(t0)
+	return nil
+}
+
+// Discard removes what Prepare made (the cgroup, empty: nothing ran in
+// it), for a command that will not start. After Start, or a second time,
+// it does nothing.
+func (pr *Prepared) Discard() {
+	if pr.used {
+		return
+	}
+	pr.used = true
+	if pr.cg != nil {
+		if err := pr.cg.remove(); err != nil && pr.cfg.Logger != nil {
+			pr.cfg.Logger.Warn("could not remove the command's cgroup", "error", err)
+		}
+		pr.cg = nil
+	}
+}
+
+// Start runs the prepared command with env, its whole environment (which
+// must hold the Config's Marker), logging to log (nil: none; name it
+// "supervisor"), as Start(cfg) does; it fails as Start does, and then
+// removes the cgroup. It may be called once, and not after Discard.
+func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
+	if pr.used {
+		return nil, errors.New("supervisor: a prepared start was used or discarded already")
+	}
+	pr.used = true
+	cfg, cg, path := pr.cfg, pr.cg, pr.path
+	pr.cg = nil
+	fail := func(err error) (*Process, error) {
+		if cg != nil {
+			cg.remove()
+		}
 		return nil, err
 	}
+	if pr.err != nil {
+		return fail(pr.err)
+	}
+	if cfg.Marker != "" && !slices.Contains(env, cfg.Marker) {
+		return fail(fmt.Errorf("supervisor: marker %q is not in the command's environment", cfg.Marker))
+	}
 	closeOnExec()
-	log := cfg.Logger
+	stamps.Mark("s.cloexec")
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -144,16 +234,19 @@ func Start(cfg Config) (*Process, error) {
 	if p.clock == nil {
 		p.clock = fence.BootClock{}
 	}
+	stamps.Mark("s.proc")
+	var err error
 	p.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		p.closeTerminal()
-		return nil, fmt.Errorf("supervisor: eventfd: %w", err)
+		return fail(fmt.Errorf("supervisor: eventfd: %w", err))
 	}
 	attr := &syscall.ProcAttr{
-		Env:   cfg.Env,
+		Env:   env,
 		Files: commandFiles(),
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
+	stamps.Mark("s.files")
 	foreground := p.tty >= 0 && inForeground(p.tty)
 	if foreground {
 		p.gaveTerminal.Store(true)
@@ -162,33 +255,23 @@ func Start(cfg Config) (*Process, error) {
 		attr.Sys.Foreground = true
 		attr.Sys.Ctty = p.tty
 	}
-	if cfg.Cgroup != "" {
-		t0 := time.Now()
-		if p.cg, err = createCgroup(cfg.Cgroup); err != nil {
-			p.closeTerminal()
-			unix.Close(p.wake)
-			return nil, err
-		}
-		stamps.Mark("cgroup.made")
-		if cfg.Marker != "" {
-			if err := bindCgroup(cfg.Cgroup, cfg.Marker); err != nil {
-				p.log.Debug("could not bind the cgroup to this run; a shared store's next holder will not trust it", "error", err)
-			}
-		}
+	if cg != nil {
+		p.cg = cg
 		// clone3 with CLONE_INTO_CGROUP: not one instruction of the
 		// command runs outside its cgroup.
-		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, p.cg.fd
-		p.log.Debug("cgroup created", "cgroup", cfg.Cgroup, "took", logfield.Duration(time.Since(t0)))
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, cg.fd
+		p.log.Debug("cgroup created", "cgroup", cg.path, "took", logfield.Duration(pr.took))
 	}
+	stamps.Mark("s.cg")
 	p.subscribe()
 	stamps.Mark("fork")
 	started := make(chan error)
 	execPath, argv := path, cfg.Argv
-	if activated(cfg.Env) {
+	if activated(env) {
 		execPath, argv = viaTrampoline(path, cfg.Argv)
 	}
 	go p.run(execPath, argv, attr, started)
-	if err := <-started; err != nil {
+	if err = <-started; err != nil {
 		p.unsubscribe()
 		p.closeTerminal()
 		unix.Close(p.wake)
@@ -238,6 +321,7 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 	if err := p.waitExit(pid); err != nil {
 		p.log.Error("waiting for the command", "pid", pid, "error", err)
 	}
+	stamps.Mark("exited")
 	close(p.exited)
 
 	<-p.reap
@@ -365,6 +449,7 @@ func (p *Process) stop(grace time.Duration, shorten bool) {
 }
 
 func (p *Process) sweep() {
+	stamps.Mark("sweep")
 	s := &sweep{
 		log:     p.log,
 		sig:     p.stopSignal,
@@ -388,6 +473,7 @@ func (p *Process) sweep() {
 	if err := s.run(); err != nil {
 		p.log.Error("the command's tree could not be stopped entirely", "pid", p.pid, "error", err)
 	}
+	stamps.Mark("sweep.tree")
 	if p.cg != nil && !p.foreign {
 		// What moved itself out of the cgroup (root may write any
 		// cgroup.procs: systemd-run --scope, a container runtime) is still
@@ -400,12 +486,14 @@ func (p *Process) sweep() {
 	if p.cg != nil {
 		// The cgroup is empty: reap the orphans that died in it, then
 		// remove it.
+		stamps.Mark("sweep.below")
 		reapAdopted()
 		t0 := time.Now()
 		if err := p.cg.remove(); err != nil {
 			p.log.Warn("could not remove the command's cgroup", "error", err)
 		}
 		p.log.Debug("cgroup removed", "cgroup", p.cg.path, "took", logfield.Duration(time.Since(t0)))
+		stamps.Mark("cgroup.removed")
 	}
 	// The sweep's last reading found no live process of the tree and
 	// reaped its dead orphans: none can die after it.

@@ -240,14 +240,19 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 	stopSig, _ := parseSignal(r.KillSignal)
 	return fenced.Config{
 		Acquire: func(ctx context.Context) (store.Lease, error) { return r.acquire(ctx, g, log, claim, path) },
-		Start: func(lease store.Lease) (fenced.Process, error) {
-			stamps.Mark("acquired")
-			defer stamps.Mark("started")
-			p, err := supervisor.Start(supervisor.Config{
-				Argv: r.Command, Path: path, Env: r.commandEnv(lease, claim.Marker), Marker: claim.Marker,
-				StopSignal: stopSig, Grace: r.Grace, Logger: log.With("fence", lease.Fence()).Named("supervisor"),
+		// The command's cgroup is made while the lease is taken, not after
+		// (P1, P2: docs/DESIGN.md).
+		Prepare: func() fenced.Prepared {
+			return supervisor.Prepare(supervisor.Config{
+				Argv: r.Command, Path: path, Marker: claim.Marker,
+				StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"),
 				Cgroup: claim.Cgroup, Clock: clock,
 			})
+		},
+		Start: func(lease store.Lease, prep fenced.Prepared) (fenced.Process, error) {
+			stamps.Mark("acquired")
+			defer stamps.Mark("started")
+			p, err := prep.(*supervisor.Prepared).Start(r.commandEnv(lease, claim.Marker), log.With("fence", lease.Fence()).Named("supervisor"))
 			if err == nil {
 				time.AfterFunc(onePAfter, holdOnOneProc)
 			}

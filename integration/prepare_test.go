@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// fencerunCgroups lists the cgroups fencerun made directly in cg.
+func (cg *testCgroup) fencerunCgroups(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir(cg.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "fencerun-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// A waiter makes its command's cgroup while it waits (the start is made
+// ready off the handoff's critical path: docs/DESIGN.md, P2), and every wait
+// that ends without the lease removes it: given up (-w), busy without
+// waiting (-n), ended by SIGTERM or SIGINT. The waiter runs in a cgroup of
+// the test's own, below which fencerun makes its command's.
+func TestWaitThatEndsLeavesNoCgroup(t *testing.T) {
+	for _, end := range []string{"wait", "nowait", "sigterm", "sigint"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			s := newSandbox(t)
+			holder := s.start(s.fencerun("holder", "run", "--key", "k", "--", "sleep", "1000"))
+			s.waitHeld("k")
+			cg := newTestCgroup(t)
+			args := []string{"run", "--key", "k", "--name", "waiter"}
+			want := 75 // the lease not acquired
+			switch end {
+			case "wait":
+				args = append(args, "-w", "0.3s")
+			case "nowait":
+				args = append(args, "-n")
+			case "sigterm":
+				want = 128 + int(syscall.SIGTERM)
+			case "sigint":
+				want = 128 + int(syscall.SIGINT)
+			}
+			c := s.fencerun("waiter", append(args, "--", "touch", "ran")...)
+			cg.start(t, c)
+			if strings.HasPrefix(end, "sig") {
+				s.waitQueue("k", "waiter")
+				if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
+					t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
+				}
+				sig := syscall.SIGTERM
+				if end == "sigint" {
+					sig = syscall.SIGINT
+				}
+				if err := c.Process.Signal(sig); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if code := exitOf(t, c); code != want {
+				t.Errorf("waiter: exit %d, want %d", code, want)
+			}
+			if _, err := os.Stat(s.path("ran")); err == nil {
+				t.Error("the waiter's command ran without the lease")
+			}
+			if left := cg.fencerunCgroups(t); len(left) > 0 {
+				t.Errorf("the waiter left its command's cgroup behind: %v", left)
+			}
+			if err := holder.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := exitOf(t, holder); code != 128+int(syscall.SIGTERM) {
+				t.Errorf("holder: exit %d, want %d", code, 128+int(syscall.SIGTERM))
+			}
+		})
+	}
+}
+
+// A cgroup that cannot be made (cgroup.max.descendants 0 in the cgroup
+// fencerun runs in) fails the run after the lease is taken, as before the
+// cgroup was made ahead: exit 125 naming the mkdir, the command not run,
+// the lease free again, with --cgroup auto and require, waiting or not.
+func TestCgroupThatCannotBeMade(t *testing.T) {
+	for _, mode := range []string{"auto", "require"} {
+		for _, waited := range []bool{false, true} {
+			name := mode
+			if waited {
+				name += "/waited"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				s := newSandbox(t)
+				cg := newTestCgroup(t)
+				if err := os.WriteFile(filepath.Join(cg.path, "cgroup.max.descendants"), []byte("0"), 0); err != nil {
+					t.Skipf("cannot limit the cgroup's descendants: %v", err)
+				}
+				if waited {
+					if err := syscall.Mkfifo(s.path("go"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					h := s.start(s.fencerun("holder", "run", "--key", "k", "--cgroup", "off", "--", "sh", "-c", "read x < go"))
+					defer exitOf(t, h)
+					s.waitHeld("k")
+				}
+				c := s.fencerun("run", "run", "--key", "k", "--name", "second", "--cgroup", mode, "--", "touch", "ran")
+				cg.start(t, c)
+				if waited {
+					s.waitQueue("k", "second")
+					if err := os.WriteFile(s.path("go"), []byte("\n"), 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if code := exitOf(t, c); code != 125 {
+					t.Errorf("exit %d, want 125", code)
+				}
+				log, _ := os.ReadFile(s.path("run.log"))
+				if !strings.Contains(string(log), "creating cgroup") || !strings.Contains(string(log), cg.path) {
+					t.Errorf("the error does not name the cgroup that could not be made:\n%s", log)
+				}
+				if _, err := os.Stat(s.path("ran")); err == nil {
+					t.Error("the command ran")
+				}
+				if st := s.status("k"); st.State != "free" {
+					t.Errorf("key state %q after the failed run, want free", st.State)
+				}
+			})
+		}
+	}
+}
