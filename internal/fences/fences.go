@@ -229,9 +229,11 @@ func salvageable(n uint64) uint64 {
 	return n
 }
 
-// Repaired says what Repair did: why the reservation could not be read,
-// and the first fence handed out from now.
+// Repaired says what Repair did: the file it repaired (the reservation,
+// or the counter when only the counter's place held junk), why it could
+// not be used, and the first fence handed out from now.
 type Repaired struct {
+	Path  string
 	Cause error
 	From  uint64
 }
@@ -280,7 +282,8 @@ func (c Counter) Repair(floorHint uint64, now time.Time) (*Repaired, error) {
 	if cause == nil {
 		if junk == nil {
 			// The counter starts afresh: the next Take reserves anew.
-			return &Repaired{Cause: fmt.Errorf("%w: %s was not a regular file", store.ErrCorrupt, c.Dir.Join(c.Lock)), From: res.Reserved + 1}, nil
+			path := c.Dir.Join(c.Lock)
+			return &Repaired{Path: path, Cause: fmt.Errorf("%w: %s was not a regular file", store.ErrCorrupt, path), From: res.Reserved + 1}, nil
 		}
 		return nil, nil
 	}
@@ -299,7 +302,7 @@ func (c Counter) Repair(floorHint uint64, now time.Time) (*Repaired, error) {
 	if err := c.writeCounter(fd, statefs.Slotted{}, counter{}); err != nil {
 		return nil, err
 	}
-	return &Repaired{Cause: cause, From: floor + 1}, nil
+	return &Repaired{Path: c.Dir.Join(c.Reservation), Cause: cause, From: floor + 1}, nil
 }
 
 // bootID identifies this boot of the kernel; "" if it cannot be read,

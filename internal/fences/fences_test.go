@@ -136,7 +136,7 @@ func TestACorruptReservationFailsClosedUntilRepaired(t *testing.T) {
 	}
 	now := time.Now()
 	r, err := c.Repair(0, now)
-	if err != nil || r == nil || !errors.Is(r.Cause, store.ErrCorrupt) || r.From != uint64(now.UnixMicro())+1 {
+	if err != nil || r == nil || r.Path != path || !errors.Is(r.Cause, store.ErrCorrupt) || r.From != uint64(now.UnixMicro())+1 {
 		t.Fatalf("Repair = %+v, %v; want fences from the clock floor %d", r, err, now.UnixMicro()+1)
 	}
 	if got := take(t, c, 1); got <= before || got < r.From {
@@ -189,7 +189,7 @@ func TestJunkInTheCountersPlaceIsRepaired(t *testing.T) {
 				t.Fatalf("Problem = %v, want ErrCorrupt naming %s", err, path)
 			}
 			r, err := c.Repair(0, time.Now())
-			if err != nil || r == nil || !strings.Contains(r.Cause.Error(), path) {
+			if err != nil || r == nil || r.Path != path || !strings.Contains(r.Cause.Error(), path) {
 				t.Fatalf("Repair = %+v, %v; want the %s at %s cleared", r, err, tc.name, path)
 			}
 			got := take(t, c, 1)

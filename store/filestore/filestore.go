@@ -291,7 +291,7 @@ func (s *Store) repairFences(floorHint uint64) (bool, error) {
 	if r == nil || err != nil {
 		return false, err
 	}
-	s.log.Warn("cleared a corrupt fence reservation", "path", s.top.Join(fencesFile), "cause", r.Cause, "fences_from", r.From)
+	s.log.Warn("cleared corrupt fence state", "path", r.Path, "cause", r.Cause, "fences_from", r.From)
 	return true, nil
 }
 
