@@ -102,12 +102,8 @@ func (c Counter) Take(atLeast uint64) (uint64, error) {
 	}
 	defer unix.Close(fd)
 	boot := bootID()
-	fence := atLeast
-	trusted := boot != "" && n.Boot == boot
-	if trusted {
-		fence = max(fence, n.Next)
-	}
-	if !trusted || fence > n.Reserved {
+	fence, covered := n.plan(atLeast, boot)
+	if !covered {
 		res, rcur, err := c.read()
 		if err != nil {
 			return 0, err
@@ -126,6 +122,38 @@ func (c Counter) Take(atLeast uint64) (uint64, error) {
 		return 0, err
 	}
 	return fence, nil
+}
+
+// plan is the fence Take(atLeast) hands out from the counter n, and
+// whether n's reservation covers it; if not, a new reservation must, with
+// the fence at least the durable one's next.
+func (n counter) plan(atLeast uint64, boot string) (uint64, bool) {
+	if boot == "" || n.Boot != boot {
+		return atLeast, false
+	}
+	fence := max(atLeast, n.Next)
+	return fence, fence <= n.Reserved
+}
+
+// UsedUpAt reports whether Take(atLeast) would fail for want of fences
+// (a record's fence near Max asks for one above it), without changing
+// anything but creating the counter. It is false when the reservation
+// cannot be read: Problem names that.
+func (c Counter) UsedUpAt(atLeast uint64) (bool, error) {
+	fd, n, _, err := c.lock()
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	fence, covered := n.plan(atLeast, bootID())
+	if covered {
+		return false, nil
+	}
+	res, _, err := c.read()
+	if err != nil {
+		return false, nil
+	}
+	return max(fence, res.Reserved+1) > Max-Block, nil
 }
 
 // lock opens the counter, takes the fence lock and reads it. A counter
@@ -205,8 +233,12 @@ func (c Counter) read() (reservation, statefs.Slotted, error) {
 // there (a counter that grows by one per acquisition does not), so
 // Problem reports it and Repair restarts the reservation.
 func (c Counter) usedUp() error {
-	return fmt.Errorf("%w: %s: fences are used up", store.ErrCorrupt, c.Dir.Join(c.Reservation))
+	return fmt.Errorf("%w: %s: %w", store.ErrCorrupt, c.Dir.Join(c.Reservation), ErrUsedUp)
 }
+
+// ErrUsedUp is Take's error when no fence is left to hand out: the
+// reservation is at Max-Block, or atLeast is beyond it.
+var ErrUsedUp = errors.New("fences are used up")
 
 // readUsable is read, with a reservation that leaves no fence to hand
 // out (usedUp) an error too.

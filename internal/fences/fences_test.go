@@ -162,6 +162,25 @@ func TestFencesBeyondTheLimitAreCorrupt(t *testing.T) {
 	}
 }
 
+// UsedUpAt says what Take would say of a fence asked for, and changes
+// nothing: a fence above Max-Block is never reserved.
+func TestUsedUpAtIsTakesAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		atLeast uint64
+		usedUp  bool
+	}{{1, false}, {Max - Block, false}, {Max - Block + 1, true}, {Max, true}} {
+		c := newCounter(t)
+		take(t, c, 1)
+		got, err := c.UsedUpAt(tc.atLeast)
+		if err != nil || got != tc.usedUp {
+			t.Fatalf("UsedUpAt(%d) = %v, %v; want %v", tc.atLeast, got, err, tc.usedUp)
+		}
+		if _, err := c.Take(tc.atLeast); errors.Is(err, ErrUsedUp) != tc.usedUp {
+			t.Fatalf("Take(%d) = %v after UsedUpAt said %v", tc.atLeast, err, got)
+		}
+	}
+}
+
 // Something other than a regular file where the counter belongs fails
 // every Take before the fence lock (S6, naming it); Problem says so
 // without changing anything, and Repair clears it: nobody can hold the

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
@@ -246,6 +247,12 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 	stamps.Mark("notify.listen")
 	fence, err := a.s.nextFence(rec.Fence + 1)
 	stamps.Mark("fence")
+	if rec.Fence >= fences.Max-fences.Block && errors.Is(err, fences.ErrUsedUp) {
+		// The record's fence used the fences up, whatever the
+		// reservation the error names holds: say which file release
+		// --force repairs.
+		err = fmt.Errorf("%w: %s: fence %d is too near the limit: %w", store.ErrCorrupt, a.kd.Join(leaseFile), rec.Fence, fences.ErrUsedUp)
+	}
 	if err != nil {
 		n.stop(false)
 		c.Release()

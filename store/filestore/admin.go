@@ -208,6 +208,21 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if stuck, err := s.fencesUsedUpAt(rec.Fence + 1); err != nil {
+		return false, err
+	} else if stuck && !rec.held() {
+		// Only damage or a hand edit puts a fence this near fences.Max
+		// in a record: the next holder's, above it, would be refused as
+		// used up, so the key could never be taken again. The fence
+		// kept is the one a cleared record keeps.
+		rec.Fence = fences.Max - 2*fences.Block
+		rec.Version++
+		if err := writeRecord(kd, cur, &rec); err != nil {
+			return false, err
+		}
+		s.log.Warn("lowered a lease record's fence that left none to hand out above it", "path", kd.Join(leaseFile), "fence", rec.Fence)
+		cleared = true
+	}
 	switch {
 	case rec.held():
 		rec.Token = ""

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
@@ -273,6 +275,43 @@ func TestFenceBeyondTheLimitIsCorrupt(t *testing.T) {
 	_, _, err = s.Acquire(context.Background(), "k", store.Claim{Name: "t", TTL: time.Minute})
 	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("a fence at the top of uint64: %v, want ErrCorrupt naming %s", err, path)
+	}
+}
+
+// A free record whose fence leaves no fence above it (fences.Max or just
+// under: only damage or a hand edit puts it there) fails every acquisition
+// closed, naming the record, not the reservation; release --force lowers
+// it to what a cleared record keeps, and the key runs again. A fence near
+// the limit that still has fences above it is neither refused nor
+// lowered: fences go on rising.
+func TestARecordsFenceNearTheLimit(t *testing.T) {
+	for _, fence := range []uint64{fences.Max, fences.Max - 1, fences.Max - fences.Block} {
+		s := openStore(t)
+		takeFence(t, s, "k")
+		path := slottedState(t, s, "k", leaseFile, fmt.Sprintf(`{"schema":1,"fence":%d,"version":1,"holder":null}`, fence))
+		_, _, err := s.Acquire(context.Background(), "k", store.Claim{Name: "t", TTL: time.Minute})
+		if !errors.Is(err, store.ErrCorrupt) || !errors.Is(err, fences.ErrUsedUp) || !strings.Contains(err.Error(), path) {
+			t.Fatalf("fence %d: acquire = %v, want ErrCorrupt and ErrUsedUp naming %s", fence, err, path)
+		}
+		if had, err := s.Revoke(context.Background(), "k"); err != nil || !had {
+			t.Fatalf("fence %d: Revoke = %v, %v; want the record's fence lowered", fence, had, err)
+		}
+		if got := takeFence(t, s, "k"); got <= fences.Max-2*fences.Block {
+			t.Fatalf("fence %d: %d after release --force, want above the %d a cleared record keeps", fence, got, uint64(fences.Max-2*fences.Block))
+		}
+	}
+	s := openStore(t)
+	takeFence(t, s, "k")
+	slottedState(t, s, "k", leaseFile, fmt.Sprintf(`{"schema":1,"fence":%d,"version":1,"holder":null}`, uint64(fences.Max-2*fences.Block+1)))
+	last := takeFence(t, s, "k")
+	if last <= fences.Max-2*fences.Block+1 {
+		t.Fatalf("fence %d over a record of %d, want above it", last, uint64(fences.Max-2*fences.Block+1))
+	}
+	if _, err := s.Revoke(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if got := takeFence(t, s, "k"); got <= last {
+		t.Fatalf("fence %d after release --force of a key with fences left, want above %d", got, last)
 	}
 }
 

@@ -295,6 +295,17 @@ func (s *Store) repairFences(floorHint uint64) (bool, error) {
 	return true, nil
 }
 
+// fencesUsedUpAt reports whether the store's counter has no fence left
+// at atLeast or above (fences.Counter.UsedUpAt).
+func (s *Store) fencesUsedUpAt(atLeast uint64) (bool, error) {
+	s.mu.RLock() // keeps s.top open
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false, ErrClosed
+	}
+	return s.fences().UsedUpAt(atLeast)
+}
+
 // fences is the store's fence counter; the caller holds s.mu.
 func (s *Store) fences() fences.Counter {
 	return fences.Counter{Dir: s.top, Reservation: fencesFile, Lock: counterFile}
