@@ -62,6 +62,7 @@ func (e *startError) Error() string { return e.err.Error() }
 func (e *startError) Unwrap() error { return e.err }
 
 func (c *command) execute(ctx context.Context) error {
+	stamps.Mark("command.execute")
 	defer close(c.gone)
 	if start, err := c.prepare(ctx); !start {
 		return err

@@ -185,6 +185,7 @@ func Run(ctx context.Context, cfg Config) Outcome {
 	stamps.Mark("fenced.acquired")
 	log := cfg.Logger.With("fence", lease.Fence())
 	keeper, err := fence.New(fence.Config{Lease: lease, TTL: cfg.TTL, Grace: cfg.Grace, Clock: cfg.Clock, Logger: log.Named("fence")})
+	stamps.Mark("keeper.new")
 	if err != nil {
 		_ = lease.Release(ctx)
 		return Outcome{End: Failed, Err: err}

@@ -117,8 +117,8 @@ func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.S
 	}
 }
 
-// subscribe catches, from before the command starts and until it is
-// reaped, the job signals sent to this process and SIGCONT, for
+// subscribe catches, from before the command starts and until just after
+// it is reaped, the job signals sent to this process and SIGCONT, for
 // JobControl; those the caller ignored stay ignored, for the command too.
 func (p *Process) subscribe() {
 	var caught []os.Signal
