@@ -3,16 +3,19 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencerun/fencerun/internal/stamps"
@@ -40,6 +43,12 @@ type leftover struct {
 	Name    string          `json:"name"`
 	PID     int             `json:"pid"`
 	Fence   uint64          `json:"fence"`
+	// Queued: put when its contender queued, before it could hold, and not
+	// yet rewritten by it as a holder (SetCommand's write). Its owner may
+	// have died waiting (no tree) or just after it took the lease (a tree):
+	// it is stopped as a leftover all the same, and named a Predecessor
+	// only when no record of a confirmed holder is there.
+	Queued bool `json:"queued,omitempty"`
 }
 
 func (r leftover) tree() store.Leftover {
@@ -101,8 +110,9 @@ func carries(pid int, marker string) bool {
 }
 
 // Acquire takes the lease on key (see store.Store): a new etcd lease, and
-// one transaction that puts the contender key "key/<lease>" and its
-// description and, when no other contender exists, the leftover record.
+// one transaction that puts the contender key "key/<lease>", its
+// description and its leftover record (a waiter's marked queued), so that
+// a waiter's take has nothing to write before its command starts (P7).
 // A waiter keeps its lease alive and waits, as concurrency.Mutex does, for
 // the deletion of every contender created before it.
 func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (store.Lease, *store.Holder, error) {
@@ -121,8 +131,8 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 		return l, nil, nil
 	}
 	if a.id != 0 {
-		// Whatever was put goes with the lease, and a leftover record put
-		// by a take that then failed is deleted: nothing is left on etcd.
+		// Whatever was put goes with the lease, and the leftover record
+		// put with the contender key is deleted: nothing is left on etcd.
 		rctx, cancel := s.op(context.WithoutCancel(ctx))
 		deleted := make(chan error, 1)
 		go func() {
@@ -152,6 +162,10 @@ type acquirer struct {
 	// takeRev is the revision at which take last found an older
 	// contender.
 	takeRev int64
+	// kept is the term of the waiter's last successful keep-alive (keep),
+	// from its send time; the grant's until the first.
+	keptMu sync.Mutex
+	kept   store.Term
 }
 
 func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
@@ -179,12 +193,14 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 	}
 	// Alone under the prefix: hold at once, in this one transaction. Else
 	// read the owner, and the newest contender before ours, the one to
-	// wait for (the puts come first: ours is the newest).
+	// wait for (the puts come first: ours is the newest). A waiter's
+	// leftover record is put now, marked queued: the tree it names exists
+	// only once the waiter holds, and this way its take writes nothing.
 	alone := clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()
 	octx, cancel = s.op(ctx)
 	resp, err := s.c.Txn(octx).If(alone).
-		Then(append(slices.Clone(puts), a.leftoverPut(0), clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix()))...).
-		Else(append(puts, clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), newest(pfx, 2))...).
+		Then(append(slices.Clone(puts), a.leftoverPut(false), clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix()))...).
+		Else(append(puts, a.leftoverPut(true), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), newest(pfx, 2))...).
 		Commit()
 	cancel()
 	if err != nil {
@@ -195,11 +211,11 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 	if resp.Succeeded {
 		// The leftover record was put with the key: its create revision
 		// is the fence.
-		return a.held(resp.Header.Revision, resp.Responses[3].GetResponseRange().Kvs)
+		return a.held(resp.Header.Revision, resp.Responses[3].GetResponseRange().Kvs, nil)
 	}
 	// Not alone when the transaction ran, and it read the owner in the
 	// same revision: someone else.
-	owner := resp.Responses[2].GetResponseRange().Kvs
+	owner := resp.Responses[3].GetResponseRange().Kvs
 	if !a.claim.Wait {
 		h, err := s.describe(ctx, owner[0])
 		if err != nil {
@@ -208,7 +224,7 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 		return nil, h, nil
 	}
 	var before *mvccpb.KeyValue
-	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) == 2 && kvs[0].CreateRevision == a.rev {
+	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) == 2 && kvs[0].CreateRevision == a.rev {
 		before = kvs[1]
 	}
 	return a.wait(ctx, before, resp.Header.Revision)
@@ -234,8 +250,10 @@ func orCause(ctx context.Context, err error) error {
 	return err
 }
 
-func (a *acquirer) leftoverPut(fence uint64) clientv3.Op {
-	return putLeftover(a.key, a.id, leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.s.host, Name: a.claim.Name, PID: os.Getpid(), Fence: fence})
+// leftoverPut is the contender's leftover record, put with its key (whose
+// create revision is then its fence).
+func (a *acquirer) leftoverPut(queued bool) clientv3.Op {
+	return putLeftover(a.key, a.id, leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.s.host, Name: a.claim.Name, PID: os.Getpid(), Queued: queued})
 }
 
 // putLeftover writes a holder's leftover record, on no lease: it must
@@ -255,15 +273,9 @@ func putLeftover(key string, id clientv3.LeaseID, r leftover) clientv3.Op {
 func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64) (*Lease, *store.Holder, error) {
 	s := a.s
 	kctx, stopKeep := context.WithCancel(ctx)
-	defer stopKeep()
-	kept, err := s.c.KeepAlive(kctx, a.id)
-	if err != nil {
-		return nil, nil, s.fail("keep the waiting lease alive", orCause(ctx, err))
-	}
-	go func() {
-		for range kept { // the client sends; responses only need draining
-		}
-	}()
+	defer stopKeep() // not waited for: a keep-alive in flight ends with it
+	a.kept = a.term
+	go a.keep(kctx, a.term.TTL/3)
 	s.log.Debug("waiting for the lease", "key", a.key, "lease", leaseHex(a.id))
 	for {
 		if before != nil {
@@ -283,6 +295,49 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 		// deletion is missed.
 		before, rev = older, a.takeRev
 	}
+}
+
+// keep keeps the waiting lease alive until ctx ends: a keep-alive every
+// third of the TTL (every) on a stream of its own (keepAlives), each one's term
+// kept from its send time, which the take starts the holder's term from
+// (E2: the deadline counts from the send time of the last successful
+// keep-alive), so that the take sends none of its own (P7). A failed one
+// is retried sooner; a lease that is gone is left to the take and the
+// watch, which find the key gone.
+func (a *acquirer) keep(ctx context.Context, every time.Duration) {
+	ka := keepAlives{s: a.s, id: a.id}
+	defer ka.drop()
+	next := every
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(next):
+		}
+		octx, cancel := a.s.op(ctx)
+		start := a.claim.Clock()
+		ttl, err := ka.send(octx)
+		cancel()
+		switch {
+		case err == nil:
+			a.keptMu.Lock()
+			a.kept = store.Term{Start: start, TTL: time.Duration(ttl) * time.Second}
+			a.keptMu.Unlock()
+			next = every
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return
+		default:
+			next = min(every, time.Second)
+		}
+	}
+}
+
+// keptTerm is the term of the waiter's last keep-alive when at most
+// half of it is gone, so that the holder starts with room to renew.
+func (a *acquirer) keptTerm() (store.Term, bool) {
+	a.keptMu.Lock()
+	defer a.keptMu.Unlock()
+	return a.kept, a.kept.TTL > 0 && a.claim.Clock()-a.kept.Start < a.kept.TTL/2
 }
 
 // waitDelete returns once key is deleted after revision rev, or the watch
@@ -316,30 +371,37 @@ func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64) error 
 
 // take holds the lease if our key is the oldest contender, checking in
 // the same transaction that it is still there with its create revision
-// (etcd#11456: a lease that expired while waiting), and records the
-// leftovers; it keeps the lease alive once at the same time, to learn its
-// term: one round trip. When an older contender is still there, it returns
-// the newest of them, to wait for.
+// (etcd#11456: a lease that expired while waiting), and reads the
+// leftovers with the contenders (whose own records, put as they queued,
+// name no tree yet): one read, no write (the waiter's leftover record was
+// put as it queued). The holder's term is that of the waiter's last
+// keep-alive (keep), or, when that is old, of one sent beside the read.
+// When an older contender is still there, it returns the newest of them,
+// to wait for.
 func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 	s := a.s
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	start := a.claim.Clock()
 	kept := make(chan error, 1)
-	var term store.Term
-	go func() {
-		ka, err := s.c.KeepAliveOnce(octx, a.id)
-		stamps.Mark("etcd.take.kept")
-		if err == nil {
-			term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
-		}
-		kept <- err
-	}()
+	term, fresh := a.keptTerm()
+	if fresh {
+		kept <- nil
+	} else {
+		start := a.claim.Clock()
+		go func() {
+			ka, err := s.c.KeepAliveOnce(octx, a.id)
+			stamps.Mark("etcd.take.kept")
+			if err == nil {
+				term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
+			}
+			kept <- err
+		}()
+	}
 	pfx := prefixOf(a.key)
 	mine := clientv3.Compare(clientv3.CreateRevision(a.myKey), "=", a.rev)
 	first := clientv3.Compare(clientv3.CreateRevision(pfx), ">", a.rev-1).WithPrefix()
 	resp, err := s.c.Txn(octx).If(mine, first).
-		Then(a.leftoverPut(uint64(a.rev)), clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix())).
+		Then(clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix()), clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())).
 		Else(clientv3.OpGet(a.myKey), newest(pfx, 1, clientv3.WithMaxCreateRev(a.rev-1))).
 		Commit()
 	stamps.Mark("etcd.take.txn")
@@ -354,7 +416,7 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 			return nil, nil, s.fail("keep the lease alive", orCause(ctx, kerr))
 		}
 		a.term = term
-		l, _, err := a.held(resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs)
+		l, _, err := a.held(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 		return l, nil, err
 	}
 	if me := resp.Responses[0].GetResponseRange().Kvs; len(me) == 0 || me[0].CreateRevision != a.rev {
@@ -369,15 +431,18 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 }
 
 // held makes the Lease once ownership is confirmed at header revision
-// confirmed; records are the key's leftover records read with it.
-func (a *acquirer) held(confirmed int64, records []*mvccpb.KeyValue) (*Lease, *store.Holder, error) {
+// confirmed; records are the key's leftover records read with it, and
+// contenders the keys under its prefix then (whose records are waiters').
+func (a *acquirer) held(confirmed int64, records, contenders []*mvccpb.KeyValue) (*Lease, *store.Holder, error) {
 	l := &Lease{
 		s: a.s, key: a.key, myKey: a.myKey, id: a.id, rev: a.rev, confirmed: confirmed,
 		ttl: a.term.TTL, clock: a.claim.Clock, term: a.term, host: a.s.host,
-		changes: make(chan struct{}, 1), desc: a.desc, cgroup: a.claim.Cgroup != "",
+		changes: make(chan struct{}, 1), desc: a.desc, cgroup: a.claim.Cgroup != "", ka: keepAlives{s: a.s, id: a.id},
 		left: leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.s.host, Name: a.claim.Name, PID: os.Getpid(), Fence: uint64(a.rev)},
 	}
-	l.pred, l.predKeys = predecessor(records, a.key, leftoverKey(a.key, a.id), a.s.host)
+	live := waiting(a.key, contenders)
+	live[leftoverKey(a.key, a.id)] = true
+	l.pred, l.predKeys = predecessor(records, a.key, live, a.s.host)
 	l.watch()
 	stamps.Mark("etcd.held")
 	a.s.log.Debug("acquired", "key", a.key, "fence", a.rev, "lease", leaseHex(a.id))
@@ -385,18 +450,21 @@ func (a *acquirer) held(confirmed int64, records []*mvccpb.KeyValue) (*Lease, *s
 }
 
 // predecessor describes the trees dead (or revoked) holders of key left,
-// from their leftover records other than ours (own): the newest is the
-// predecessor, every marker is a tree to stop. Only records of this host
-// can be confirmed stopped here (keys lists them).
-func predecessor(records []*mvccpb.KeyValue, key, own, host string) (*store.Holder, []string) {
+// from their leftover records other than those of live contenders (live:
+// the holder's own and the waiters', see waiting): every record is a tree
+// to stop, and the newest of a confirmed holder (not queued) is the
+// predecessor; with none, the newest queued one, whose owner may have died
+// just after it took the lease. Only records of this host can be
+// confirmed stopped here (keys lists them).
+func predecessor(records []*mvccpb.KeyValue, key string, live map[string]bool, host string) (*store.Holder, []string) {
 	var (
-		p    *store.Holder
-		keys []string
-		all  []store.Leftover
+		p, queued *store.Holder
+		keys      []string
+		all       []store.Leftover
 	)
 	for _, kv := range records {
 		r, ok := parseLeftover(kv)
-		if string(kv.Key) == own || !ok || !isLeftoverOf(key, kv.Key) {
+		if live[string(kv.Key)] || !ok || !isLeftoverOf(key, kv.Key) {
 			continue
 		}
 		r = bound(r, host)
@@ -404,14 +472,34 @@ func predecessor(records []*mvccpb.KeyValue, key, own, host string) (*store.Hold
 			keys = append(keys, string(kv.Key))
 		}
 		all = append(all, r.tree())
-		if p == nil || r.Fence > p.Fence {
-			p = &store.Holder{Name: r.Name, PID: r.PID, Host: r.Host, Fence: r.Fence, Marker: r.Marker, Cgroup: r.Cgroup}
+		newest := &p
+		if r.Queued {
+			newest = &queued
 		}
+		if *newest == nil || r.Fence > (*newest).Fence {
+			*newest = &store.Holder{Name: r.Name, PID: r.PID, Host: r.Host, Fence: r.Fence, Marker: r.Marker, Cgroup: r.Cgroup}
+		}
+	}
+	if p == nil {
+		p = queued
 	}
 	if p != nil {
 		p.Leftovers = all
 	}
 	return p, keys
+}
+
+// waiting names the leftover records of key's live contenders (keys
+// under its prefix): the holder's own and those its waiters put as they
+// queued, which name no tree that runs without its owner.
+func waiting(key string, contenders []*mvccpb.KeyValue) map[string]bool {
+	live := make(map[string]bool, len(contenders))
+	for _, kv := range contenders {
+		if name, ok := lockName(kv); ok && name == key {
+			live[leftoverKey(key, clientv3.LeaseID(kv.Lease))] = true
+		}
+	}
+	return live
 }
 
 // describe is the Holder of a contender key, from its description when it

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/supervisor"
 )
 
 // contenders reads every key under key's prefix, oldest first: the holder,
@@ -46,11 +47,7 @@ func (s *Store) Status(ctx context.Context, key string) (*store.Status, error) {
 
 func (s *Store) status(ctx context.Context, key string, kvs []*mvccpb.KeyValue) (*store.Status, error) {
 	st := &store.Status{Key: key, State: store.Free, Waiters: []store.Holder{}}
-	var holder string
-	if len(kvs) > 0 {
-		holder = leftoverKey(key, clientv3.LeaseID(kvs[0].Lease))
-	}
-	if err := s.leftovers(ctx, st, holder); err != nil {
+	if err := s.leftovers(ctx, st, waiting(key, kvs)); err != nil {
 		return nil, err
 	}
 	if len(kvs) == 0 {
@@ -73,8 +70,8 @@ func (s *Store) status(ctx context.Context, key string, kvs []*mvccpb.KeyValue) 
 }
 
 // leftovers fills st.Leftovers from the key's leftover records, except
-// the holder's own.
-func (s *Store) leftovers(ctx context.Context, st *store.Status, holder string) error {
+// those of live contenders (the holder's own, and its waiters').
+func (s *Store) leftovers(ctx context.Context, st *store.Status, live map[string]bool) error {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.c.Get(octx, leftoversOf(st.Key), clientv3.WithPrefix())
@@ -82,7 +79,7 @@ func (s *Store) leftovers(ctx context.Context, st *store.Status, holder string) 
 		return s.fail("read leftovers of "+st.Key, err)
 	}
 	for _, kv := range resp.Kvs {
-		if r, ok := parseLeftover(kv); ok && string(kv.Key) != holder && isLeftoverOf(st.Key, kv.Key) {
+		if r, ok := parseLeftover(kv); ok && !live[string(kv.Key)] && isLeftoverOf(st.Key, kv.Key) {
 			st.Leftovers = append(st.Leftovers, bound(r, s.host).tree())
 		}
 	}
@@ -195,7 +192,8 @@ func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
 
 // Prune revokes the leases of this host's contenders whose process is
 // gone: dead waiters, and holders that died before their lease expired.
-// Leftover records stay: they are what the next holder stops. It never
+// Leftover records stay, but for those of dead waiters (pruneQueued):
+// they are what the next holder stops. It never
 // touches another host's contenders, nor one that is not fencerun's.
 func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 	out := []store.Pruned{}
@@ -246,6 +244,48 @@ func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 			what = "expired lease"
 		}
 		out = append(out, store.Pruned{Key: r.key, What: what, Path: prefixOf(r.key) + hex})
+	}
+	queued, err := s.pruneQueued(ctx)
+	return append(out, queued...), err
+}
+
+// pruneQueued deletes this host's queued leftover records (see leftover)
+// that name nothing: their contender is gone (its pid dead, its key with
+// its lease) and no process of the tree they name runs. A waiter killed
+// while it waited leaves such a record; it would otherwise show as the
+// leftovers of a free key until a holder on this host took the key. Each
+// is deleted only as it was read and while its contender key is absent.
+func (s *Store) pruneQueued(ctx context.Context) ([]store.Pruned, error) {
+	octx, cancel := s.op(ctx)
+	resp, err := s.c.Get(octx, side+"leftovers/", clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return nil, s.fail("read leftovers", err)
+	}
+	out := []store.Pruned{}
+	for _, kv := range resp.Kvs {
+		r, ok := parseLeftover(kv)
+		rest, _ := strings.CutPrefix(string(kv.Key), side+"leftovers/")
+		i := strings.LastIndexByte(rest, '/')
+		if !ok || !r.Queued || r.Host != s.host || alive(r.PID) || i <= 0 {
+			continue
+		}
+		key, contender := rest[:i], rest
+		if n, err := supervisor.CountTrees([]store.Leftover{bound(r, s.host).tree()}); err != nil || n > 0 {
+			continue // a tree runs: the next holder here stops it
+		}
+		octx, cancel := s.op(ctx)
+		done, err := s.c.Txn(octx).If(
+			clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
+			clientv3.Compare(clientv3.CreateRevision(contender), "=", 0),
+		).Then(clientv3.OpDelete(string(kv.Key))).Commit()
+		cancel()
+		if err != nil {
+			return out, s.fail("delete "+string(kv.Key), err)
+		}
+		if done.Succeeded {
+			out = append(out, store.Pruned{Key: key, What: "dead waiter's record", Path: string(kv.Key)})
+		}
 	}
 	return out, nil
 }

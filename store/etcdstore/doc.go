@@ -11,7 +11,7 @@
 //
 //	_fencerun/desc/<lease>          who the contender is (name, pid, host, ...), on its lease
 //	_fencerun/cancel/<lease>        a cancel request for that holder, on its lease
-//	_fencerun/leftovers/K/<lease>   a holder's command tree (marker, host), on no lease
+//	_fencerun/leftovers/K/<lease>   a contender's command tree (marker, host), on no lease
 //
 // What it guarantees:
 //
@@ -34,10 +34,14 @@
 //   - After waiting, a holder checks in one transaction that its own key
 //     still exists with its create revision (etcd#11456: a lease that
 //     expired while waiting) before it reports the lease held.
-//   - Leftovers: a holder records its marker and host in a side key with no
-//     lease, deleted when it releases. One that dies leaves it, and the
-//     next holder gets it as Predecessor; LeftoversStopped deletes only the
-//     records of this host, so no host "stops" another host's processes.
+//   - Leftovers: a contender records its marker, cgroup and host in a side
+//     key with no lease, with its contender key (a waiter's marked queued:
+//     so its take writes nothing before its command starts), deleted when
+//     it releases or gives up. One that dies leaves it, and the next holder
+//     gets it as Predecessor (the newest of a holder that wrote its command
+//     down; with none, the newest queued one); LeftoversStopped deletes only
+//     the records of this host, so no host "stops" another host's
+//     processes. The records of live contenders are not leftovers.
 //
 // What it does not guarantee:
 //
@@ -51,6 +55,13 @@
 //     a revocation frees the key at once. A next holder on the same host
 //     stops the revoked holder's tree first (its leftover record is still
 //     there); on another host it does not.
+//   - That a Predecessor held the lease. A waiter killed while it waited
+//     leaves a queued record, as a holder killed between its take and its
+//     command's record (SetCommand's write) does, and the two are not told
+//     apart: both are stopped as leftovers (the waiter's names no process
+//     that runs), and the waiter is named a Predecessor when no confirmed
+//     holder's record is there. prune deletes this host's queued records
+//     whose contender is gone and whose tree does not run.
 //   - Cancel and status details for holders that are not fencerun (etcdctl
 //     lock): they are listed, with their lease and fence, but cannot be
 //     asked to stop.

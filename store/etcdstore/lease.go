@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -46,10 +45,8 @@ type Lease struct {
 	cmdPending bool
 	cmdTimer   *time.Timer
 
-	// ka is the keeper's keep-alive stream (keepAlive), nil until the
-	// first renewal and after a failure.
-	ka       pb.Lease_LeaseKeepAliveClient
-	kaCancel context.CancelFunc
+	// ka is the keeper's keep-alive stream, opened at the first renewal.
+	ka keepAlives
 }
 
 var _ store.Lease = (*Lease)(nil)
@@ -97,7 +94,7 @@ func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
 	start := l.clock()
-	ttl, err := l.keepAlive(ctx)
+	ttl, err := l.ka.send(ctx)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return store.Term{}, l.lost("was revoked or expired: its lease is gone")
 	}
@@ -121,65 +118,6 @@ func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
 		l.mu.Unlock()
 	}
 	return store.Term{Start: start, TTL: time.Duration(ttl) * time.Second}, nil
-}
-
-// keepAlive sends one keep-alive and returns the TTL granted, on a stream
-// of the holder's own, opened at the first renewal and kept for the next:
-// a stream per keep-alive (KeepAliveOnce) costs a renewal twice the CPU
-// (P4). The stream is the keeper's only (Renew is called by one goroutine
-// at a time) and carries one request at a time, so every response answers
-// the request just sent. A stream that fails or outlives ctx is dropped,
-// and that renewal falls back to KeepAliveOnce, which waits for a
-// connection and retries within ctx as before.
-func (l *Lease) keepAlive(ctx context.Context) (int64, error) {
-	if ttl, err := l.keepAliveStream(ctx); err == nil || ctx.Err() != nil {
-		return ttl, err
-	}
-	ka, err := l.s.c.KeepAliveOnce(ctx, l.id)
-	if err != nil {
-		return 0, err
-	}
-	return ka.TTL, nil
-}
-
-func (l *Lease) keepAliveStream(ctx context.Context) (int64, error) {
-	if l.ka == nil {
-		sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.s.c.Ctx()))
-		st, err := pb.NewLeaseClient(l.s.c.ActiveConnection()).LeaseKeepAlive(sctx)
-		if err != nil {
-			cancel()
-			return 0, err
-		}
-		l.ka, l.kaCancel = st, cancel
-	}
-	// The stream lives past ctx: ctx ending drops it, which ends its Recv.
-	stop := context.AfterFunc(ctx, l.kaCancel)
-	resp, err := l.kaSend()
-	if !stop() {
-		err = errors.Join(ctx.Err(), err)
-	}
-	if err != nil {
-		l.dropKeepAlive()
-		return 0, err
-	}
-	if resp.TTL <= 0 {
-		return 0, rpctypes.ErrLeaseNotFound
-	}
-	return resp.TTL, nil
-}
-
-func (l *Lease) kaSend() (*pb.LeaseKeepAliveResponse, error) {
-	if err := l.ka.Send(&pb.LeaseKeepAliveRequest{ID: int64(l.id)}); err != nil {
-		return nil, err
-	}
-	return l.ka.Recv()
-}
-
-func (l *Lease) dropKeepAlive() {
-	if l.ka != nil {
-		l.kaCancel()
-		l.ka, l.kaCancel = nil, nil
-	}
 }
 
 // pending are the writes SetCommand left for the next one: the
@@ -321,7 +259,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
-	l.dropKeepAlive()
+	l.ka.drop()
 	stamps.Mark("etcd.release")
 	if l.cmdTimer != nil {
 		l.cmdTimer.Stop()
