@@ -244,14 +244,20 @@ func (k *Keeper) Run(ctx context.Context) error {
 		resumeBy time.Duration // no answer by then: the lease counts as lost
 		lostErr  error         // lost while paused, told to Resume
 	)
-	start := func(kind string, op func(ctx context.Context) (store.Term, store.Request, error)) {
+	// start sends op to the store's goroutine at sent, the loop's reading
+	// of the clock (a system call on CLOCK_BOOTTIME, P4), taken just before.
+	start := func(kind string, sent time.Duration, op func(ctx context.Context) (store.Term, store.Request, error)) {
 		inflight = true
-		sent := k.clock.Now()
 		ops <- func() {
 			term, req, err := op(ctx)
-			if err != nil {
+			// Only when traced: the clock is a system call (CLOCK_BOOTTIME
+			// has no vDSO path in Go), and the fields are built before
+			// hclog looks at the level (P4).
+			switch {
+			case !k.log.IsTrace():
+			case err != nil:
 				k.log.Trace("store call", "call", kind, "took", logfield.Duration(k.clock.Now()-sent), "error", err)
-			} else {
+			default:
 				k.log.Trace("store call", "call", kind, "took", logfield.Duration(k.clock.Now()-sent))
 			}
 			results <- opResult{kind: kind, sent: sent, term: term, req: req, err: err}
@@ -273,8 +279,13 @@ func (k *Keeper) Run(ctx context.Context) error {
 		}
 	}
 
+	var known time.Duration // the clock, read since the select returned; 0: unread
 	for {
-		now := k.clock.Now()
+		now := known
+		if now == 0 {
+			now = k.clock.Now()
+		}
+		known = 0
 		if resuming != nil && now >= resumeBy {
 			answer(lost(fmt.Errorf("no answer from the store within %v of running again", k.ttl/3)))
 		}
@@ -283,7 +294,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		}
 		if !inflight && resuming != nil {
 			resumeOp = true
-			start("renew", func(ctx context.Context) (store.Term, store.Request, error) {
+			start("renew", now, func(ctx context.Context) (store.Term, store.Request, error) {
 				term, err := k.lease.Renew(ctx)
 				return term, store.RequestNone, err
 			})
@@ -292,19 +303,19 @@ func (k *Keeper) Run(ctx context.Context) error {
 			switch {
 			case checkWanted && now >= checkAt:
 				checkWanted = false
-				start("check", func(ctx context.Context) (store.Term, store.Request, error) {
+				start("check", now, func(ctx context.Context) (store.Term, store.Request, error) {
 					req, err := k.lease.Check(ctx)
 					return store.Term{}, req, err
 				})
 			case now >= nextRenew:
-				start("renew", func(ctx context.Context) (store.Term, store.Request, error) {
+				start("renew", now, func(ctx context.Context) (store.Term, store.Request, error) {
 					term, err := k.lease.Renew(ctx)
 					return term, store.RequestNone, err
 				})
 			case tickWanted != nil:
 				t := *tickWanted
 				tickWanted = nil
-				start("tick", func(ctx context.Context) (store.Term, store.Request, error) {
+				start("tick", now, func(ctx context.Context) (store.Term, store.Request, error) {
 					return store.Term{}, store.RequestNone, k.lease.Tick(ctx, t)
 				})
 			}
@@ -382,12 +393,21 @@ func (k *Keeper) Run(ctx context.Context) error {
 			case "renew":
 				// Valid for the granted TTL from when the renewal was
 				// sent, not answered.
-				term := renewed(r, k.clock.Now())
+				at := k.clock.Now()
+				term := renewed(r, at)
 				expiry = term.End()
 				nextRenew = term.Start + term.TTL/3
-				k.log.Trace("renewed", "valid_until_boottime_ns", int64(expiry))
+				traced := k.log.IsTrace()
+				if traced {
+					k.log.Trace("renewed", "valid_until_boottime_ns", int64(expiry))
+				}
 				if wasResume {
 					answer(nil)
+				}
+				if !traced && !wasResume {
+					// Nothing since could have waited (a log line on a
+					// full pipe, Resume's caller): the loop's reading.
+					known = at
 				}
 			case "check":
 				reason := map[store.Request]Reason{store.RequestCancel: Cancelled, store.RequestHandover: Handover}[r.req]
