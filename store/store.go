@@ -101,8 +101,9 @@ type Store interface {
 	Cancel(ctx context.Context, key string) (bool, error)
 
 	// Prune removes expired records of dead holders, dead waiters' queue
-	// entries and stray temporary files, and says what it removed. It never
-	// removes the state of a live holder or waiter.
+	// entries, stray temporary files and the sockets of dead runs, and
+	// says what it removed. It never removes the state of a live holder or
+	// waiter, nor a live run's socket.
 	Prune(ctx context.Context) ([]Pruned, error)
 
 	// Close releases what the store holds open. It does not release leases.
@@ -348,7 +349,7 @@ type Status struct {
 // Pruned is one thing Prune removed.
 type Pruned struct {
 	Key  string `json:"key,omitempty"`
-	What string `json:"what"` // "expired lease", "dead waiter", "temp file", "leftovers"
+	What string `json:"what"` // "expired lease", "dead waiter", "temp file", "free key", "stale socket", "leftovers"
 	Path string `json:"path,omitempty"`
 	// HolderPID and Count: for "leftovers", the dead holder and how many
 	// of its processes were stopped.

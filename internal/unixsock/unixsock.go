@@ -48,7 +48,10 @@ func Addr(dirfd int, dir, name string) (string, error) {
 
 // ListenStream binds a stream socket at name in the directory open as
 // dirfd (path dir), its file's mode set to mode explicitly (never left to
-// the umask). The socket file is not removed on close: Remove it.
+// the umask). The socket is bound under a temporary name and renamed to
+// name once it listens, so that a socket file by its final name is always
+// one that was ready: Stale can tell a dead one from one being bound. The
+// socket file is not removed on close: Remove it.
 func ListenStream(dirfd int, dir, name string, mode uint32) (*net.UnixListener, error) {
 	var ln *net.UnixListener
 	err := listen(dirfd, dir, name, mode, func(addr string) (io.Closer, error) {
@@ -74,7 +77,8 @@ func ListenPacket(dirfd int, dir, name string, mode uint32) (*net.UnixConn, erro
 }
 
 func listen(dirfd int, dir, name string, mode uint32, bind func(addr string) (io.Closer, error)) error {
-	addr, err := Addr(dirfd, dir, name)
+	tmp := bindPrefix + name
+	addr, err := Addr(dirfd, dir, tmp)
 	if err != nil {
 		return err
 	}
@@ -83,12 +87,58 @@ func listen(dirfd int, dir, name string, mode uint32, bind func(addr string) (io
 	if err != nil {
 		return fmt.Errorf("unixsock: listen on %s: %w", path, err)
 	}
-	if err := unix.Fchmodat(dirfd, name, mode, 0); err != nil {
+	if err := unix.Fchmodat(dirfd, tmp, mode, 0); err != nil {
 		c.Close()
-		unix.Unlinkat(dirfd, name, 0)
+		unix.Unlinkat(dirfd, tmp, 0)
 		return fmt.Errorf("unixsock: chmod %s: %w", path, err)
 	}
+	if err := unix.Renameat2(dirfd, tmp, dirfd, name, unix.RENAME_NOREPLACE); err != nil {
+		c.Close()
+		unix.Unlinkat(dirfd, tmp, 0)
+		if err == unix.EEXIST {
+			err = unix.EADDRINUSE // as a bind at name would have said
+		}
+		return fmt.Errorf("unixsock: listen on %s: %w", path, err)
+	}
 	return nil
+}
+
+// bindPrefix starts the temporary name a socket is bound under before it
+// is renamed to its own. It starts as statefs.TempPrefix does, so that the
+// state directories' sweeps of crashed writers' files take it too.
+const bindPrefix = ".tmp-bind-"
+
+// Stale reports whether name, in the directory open as dirfd (path dir), is
+// a socket file that no socket is bound to any more: its process died
+// without removing it. A socket being bound is never stale (Listen*
+// renames it into place bound). The probe is a datagram connect, which
+// a live stream socket refuses by its type (EPROTOTYPE) and a live
+// datagram one takes without a byte sent: no server ever sees it. Only
+// the kernel's "nothing is bound there" (ECONNREFUSED) makes it stale;
+// anything else (no permission, a name too long) keeps the file.
+func Stale(dirfd int, dir, name string) bool {
+	var st unix.Stat_t
+	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return false
+	}
+	addr, err := Addr(dirfd, dir, name)
+	if err != nil {
+		return false
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Connect(fd, &unix.SockaddrUnix{Name: addr}) == unix.ECONNREFUSED
+}
+
+// RemoveStale removes name in the directory open as dirfd if it is Stale,
+// and reports whether it did. A stale socket cannot come back to life (a
+// bind at its path fails while the file is there), so nothing live is
+// removed between the probe and the unlink.
+func RemoveStale(dirfd int, dir, name string) bool {
+	return Stale(dirfd, dir, name) && unix.Unlinkat(dirfd, name, 0) == nil
 }
 
 // Remove unlinks the socket file name in the directory open as dirfd, if

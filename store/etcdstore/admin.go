@@ -246,7 +246,7 @@ func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 		out = append(out, store.Pruned{Key: r.key, What: what, Path: prefixOf(r.key) + hex})
 	}
 	queued, err := s.pruneQueued(ctx)
-	return append(out, queued...), err
+	return append(append(out, queued...), pruneTickDirs()...), err
 }
 
 // pruneQueued deletes this host's queued leftover records (see leftover)

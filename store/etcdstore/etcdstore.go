@@ -119,7 +119,7 @@ func (s *Store) Close() error {
 // Close. Only this user can reach a socket in it (S9).
 func (s *Store) TickDir() (string, error) {
 	s.ticksOnce.Do(func() {
-		s.ticks, s.ticksErr = os.MkdirTemp("", "fencerun-ticks-")
+		s.ticks, s.ticksErr = os.MkdirTemp("", ticksPattern)
 		if s.ticksErr != nil {
 			s.ticksErr = fmt.Errorf("etcdstore: tick directory: %w", s.ticksErr)
 		}

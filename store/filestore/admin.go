@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/statefs"
+	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -359,8 +360,35 @@ func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 			s.log.Warn("not pruning a key whose state cannot be read", "key", key, "error", err)
 		}
 	}
-	return out, nil
+	return append(out, s.pruneTicks()...), nil
 }
+
+// pruneTicks removes the tick sockets of runs that died without removing
+// theirs (SIGKILL): those no socket is bound to (unixsock.Stale), never a
+// live run's, in whichever network namespace it runs.
+func (s *Store) pruneTicks() []store.Pruned {
+	s.mu.RLock() // keeps s.top open
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil
+	}
+	d, err := s.top.OpenDir(ticksDir, false)
+	if err != nil {
+		return nil // none yet, or a problem TickDir names
+	}
+	defer d.Close()
+	names, _ := d.List()
+	var out []store.Pruned
+	for _, name := range names {
+		if strings.HasPrefix(name, tickPrefix) && isHex(name[len(tickPrefix):], 32) && unixsock.RemoveStale(d.FD, d.Path, name) {
+			out = append(out, store.Pruned{What: "stale socket", Path: d.Join(name)})
+		}
+	}
+	return out
+}
+
+// tickPrefix and 32 hex digits name a tick socket (fence.ListenTicks).
+const tickPrefix = "t-"
 
 func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error) {
 	kd, g, err := s.lockKey(ctx, key, false, unix.LOCK_EX)
@@ -384,6 +412,14 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 		}
 	}
 	sweep(kd)
+	// The sockets of holders that died without removing them. Under the
+	// guard no acquirer is binding one; a live holder's is never stale.
+	names, _ := kd.List()
+	for _, name := range names {
+		if isNotifyName(name) && unixsock.RemoveStale(kd.FD, kd.Path, name) {
+			out = append(out, store.Pruned{Key: key, What: "stale socket", Path: kd.Join(name)})
+		}
+	}
 	if qd, err := kd.OpenDir(queueDir, false); err == nil {
 		sweep(qd)
 		qd.Close()
