@@ -302,7 +302,6 @@ func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.L
 	cmd := newCommand(cfg, lease, log, prep)
 	keep := &keeping{keeper: keeper, cmd: cmd}
 	var g run.Group
-	g.Add(func() error { return cmd.execute(ctx) }, cmd.interrupt)
 	g.Add(func() error { return keep.execute(ctx) }, keep.interrupt)
 	req := newRequests(keeper)
 	g.Add(req.execute, req.interrupt)
@@ -321,6 +320,10 @@ func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.L
 		t := &timeout{after: cfg.Timeout, clock: cfg.Clock, cmd: cmd, done: make(chan struct{})}
 		g.Add(t.execute, t.interrupt)
 	}
+	// The command last: the group starts its actors in order, and the
+	// goroutine started last runs first on this P once Run waits (Go's
+	// runnext), so the start goes before the others' set-up.
+	g.Add(func() error { return cmd.execute(ctx) }, cmd.interrupt)
 	err := g.Run()
 	stamps.Mark("group.done")
 	return outcome(err, keep.err, cmd, cfg, log)

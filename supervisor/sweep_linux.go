@@ -66,6 +66,23 @@ type procKey struct {
 }
 
 func (s *sweep) run() error {
+	events := -1
+	if s.cg != nil {
+		// cgroup.events is watched through poll(2) on the file itself
+		// (kernfs wakes it with POLLPRI on a change), not inotify, whose
+		// close waits for an SRCU grace period (milliseconds on every
+		// stop). Read before the timer is made: a command that exited
+		// with its tree leaves the cgroup empty, and then the sweep is
+		// over without one (a timerfd, two goroutines: P2).
+		var err error
+		if events, err = s.cg.openEvents(); err != nil {
+			return err
+		}
+		defer unix.Close(events)
+		if pop, err := readPopulated(events, s.cg.path); err != nil || !pop {
+			return err
+		}
+	}
 	// The grace's timer writes to wake, so poll(2) returns at the deadline
 	// on the injected clock rather than on poll's own monotonic clock.
 	timer, err := s.clock.NewTimer()
@@ -92,7 +109,7 @@ func (s *sweep) run() error {
 	}()
 	switch {
 	case s.cg != nil:
-		return s.runCgroup(timer)
+		return s.runCgroup(timer, events)
 	case s.foreign:
 		return s.runForeign(timer)
 	}
@@ -106,18 +123,9 @@ func (s *sweep) cancelled() error {
 	return nil
 }
 
-func (s *sweep) runCgroup(timer fence.Timer) error {
-	// cgroup.events is watched through poll(2) on the file itself
-	// (kernfs wakes it with POLLPRI on a change), not inotify, whose
-	// close waits for an SRCU grace period (milliseconds on every stop).
-	events, err := s.cg.openEvents()
-	if err != nil {
-		return err
-	}
-	defer unix.Close(events)
-	if pop, err := readPopulated(events, s.cg.path); err != nil || !pop {
-		return err
-	}
+// runCgroup sweeps a cgroup found populated through events, its
+// cgroup.events.
+func (s *sweep) runCgroup(timer fence.Timer, events int) error {
 	// The kernel rate-limits cgroup.events notifications (10 ms apart):
 	// pidfds of the members there at the start wake the sweep at once
 	// when they end, and cgroup.events is read again then.
