@@ -69,7 +69,7 @@ func TestPruneRemovesTheSocketsOfDeadRuns(t *testing.T) {
 	dead.Dir = s.path("dead")
 	s.start(dead)
 	deadTick := strings.TrimSpace(waitFile(t, s.path("dead/tick")))
-	deadPid := readPids(s.path("dead/pids"))
+	deadPid := readPids(waitPidFile(t, s.path("dead/pids")))
 	deadNotify := notifySockets(t, s.state, "job")
 	killWrapper(t, dead, deadPid[0])
 
@@ -139,7 +139,7 @@ func TestEtcdPruneRemovesTheTickDirectoriesOfDeadRuns(t *testing.T) {
 	dead := onTmp("run", "--key", "dead", "--ttl", "2", "--", "sh", "-c", tickScript)
 	startLogged(t, dead, t.TempDir(), "dead")
 	deadTick := strings.TrimSpace(waitFile(t, filepath.Join(dead.Dir, "tick")))
-	deadPid := readPids(filepath.Join(dead.Dir, "pids"))
+	deadPid := readPids(waitPidFile(t, filepath.Join(dead.Dir, "pids")))
 	killWrapper(t, dead, deadPid[0])
 	live := onTmp("run", "--key", "live", "--ttl", "2", "--", "sh", "-c", tickScript)
 	startLogged(t, live, t.TempDir(), "live")
