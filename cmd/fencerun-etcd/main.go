@@ -69,6 +69,7 @@ func (d *dialed) open(f cli.EtcdFlags, log hclog.Logger) (store.Store, error) {
 		return withLogger(open(f))(log)
 	}
 	<-d.done
+	stamps.Mark("etcd.dialed")
 	if f == d.flags {
 		return withLogger(d.s, d.err)(log)
 	}

@@ -302,8 +302,8 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 // kept from its send time, which the take starts the holder's term from
 // (E2: the deadline counts from the send time of the last successful
 // keep-alive), so that the take sends none of its own (P7). A failed one
-// is retried sooner; a lease that is gone is left to the take and the
-// watch, which find the key gone.
+// is retried after a quarter of that; a lease that is gone is left to the
+// take and the watch, which find the key gone.
 func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 	ka := keepAlives{s: a.s, id: a.id}
 	defer ka.drop()
@@ -314,9 +314,11 @@ func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 			return
 		case <-time.After(next):
 		}
-		octx, cancel := a.s.op(ctx)
+		// Bounded as a holder's renewal is (Lease.op): one that hangs
+		// leaves time for others before the lease could expire.
+		octx, cancel := context.WithTimeout(ctx, min(a.s.timeout, every))
 		start := a.claim.Clock()
-		ttl, err := ka.send(octx)
+		ttl, err := ka.send(clientv3.WithRequireLeader(octx))
 		cancel()
 		switch {
 		case err == nil:
@@ -327,7 +329,7 @@ func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			return
 		default:
-			next = min(every, time.Second)
+			next = every / 4 // soon, but not a busy loop on a dead cluster
 		}
 	}
 }

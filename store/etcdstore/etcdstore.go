@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -120,6 +121,7 @@ func (s *Store) Close() error {
 func (s *Store) TickDir() (string, error) {
 	s.ticksOnce.Do(func() {
 		s.ticks, s.ticksErr = os.MkdirTemp("", ticksPattern)
+		stamps.Mark("etcd.tickdir")
 		if s.ticksErr != nil {
 			s.ticksErr = fmt.Errorf("etcdstore: tick directory: %w", s.ticksErr)
 		}
