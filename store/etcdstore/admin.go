@@ -251,10 +251,11 @@ func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 
 // pruneQueued deletes this host's queued leftover records (see leftover)
 // that name nothing: their contender is gone (its pid dead, its key with
-// its lease) and no process of the tree they name runs. A waiter killed
-// while it waited leaves such a record; it would otherwise show as the
-// leftovers of a free key until a holder on this host took the key. Each
-// is deleted only as it was read and while its contender key is absent.
+// its lease) and no process of the tree they name runs; the empty cgroup
+// one names is removed first. A waiter killed while it waited leaves such
+// a record; it would otherwise show as the leftovers of a free key until
+// a holder on this host took the key. Each is deleted only as it was read
+// and while its contender key is absent.
 func (s *Store) pruneQueued(ctx context.Context) ([]store.Pruned, error) {
 	octx, cancel := s.op(ctx)
 	resp, err := s.c.Get(octx, side+"leftovers/", clientv3.WithPrefix())
@@ -271,8 +272,14 @@ func (s *Store) pruneQueued(ctx context.Context) ([]store.Pruned, error) {
 			continue
 		}
 		key, contender := rest[:i], rest
-		if n, err := supervisor.CountTrees([]store.Leftover{bound(r, s.host).tree()}); err != nil || n > 0 {
+		tree := []store.Leftover{bound(r, s.host).tree()}
+		if n, err := supervisor.CountTrees(tree); err != nil || n > 0 {
 			continue // a tree runs: the next holder here stops it
+		}
+		// Nothing runs, but a waiter's cgroup, made while it waited, may
+		// be there, empty: stopping the tree removes it.
+		if _, _, err := supervisor.StopTrees(ctx, tree, supervisor.StopConfig{Logger: s.log}); err != nil {
+			continue
 		}
 		octx, cancel := s.op(ctx)
 		done, err := s.c.Txn(octx).If(
