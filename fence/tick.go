@@ -46,6 +46,12 @@ type TickServer struct {
 	// is known is asked about again (a second; shorter in tests).
 	moment time.Duration
 
+	// closing makes Close once; a Close while another runs waits until the
+	// socket file is gone (the run closes it at its end, and the process
+	// exits right after).
+	closing  sync.Once
+	closeErr error
+
 	mu        sync.Mutex
 	refusedAt time.Time // rate limit of the refusal warning
 	refused   int       // refusals not logged since
@@ -211,14 +217,15 @@ func (s *TickServer) answer(c *net.UnixConn, onTick func(time.Time)) {
 	_, _ = c.Write([]byte("ok\n"))
 }
 
-// Close stops Serve and removes the socket.
+// Close stops Serve and removes the socket; every call returns once it is
+// removed.
 func (s *TickServer) Close() error {
-	err := s.ln.Close()
-	if err == nil {
+	s.closing.Do(func() {
+		s.closeErr = s.ln.Close()
 		unixsock.Remove(s.dirfd, s.name)
 		unix.Close(s.dirfd)
-	}
-	return err
+	})
+	return s.closeErr
 }
 
 // ownsSoon asks owns again once the tree is known (a command that ticks at

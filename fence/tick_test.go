@@ -245,3 +245,23 @@ func TestIsTickAddr(t *testing.T) {
 		t.Errorf("TickMarker = %q", m)
 	}
 }
+
+// Two Closes at once (package fenced's at the command's end, the run's as
+// it returns, just before the process exits): each returns only once the
+// socket file is gone. Before, the second returned at once with the
+// listener's error, and a process exiting then left its socket behind.
+func TestCloseWaitsForTheSocketsRemoval(t *testing.T) {
+	for i := 0; i < 200; i++ {
+		s, err := ListenTicks(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { s.Close(); close(done) }()
+		s.Close()
+		if _, err := os.Lstat(s.Addr()); !os.IsNotExist(err) {
+			t.Fatalf("the socket %s after Close returned: %v, want it gone", s.Addr(), err)
+		}
+		<-done
+	}
+}
