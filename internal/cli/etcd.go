@@ -131,7 +131,9 @@ func checkEndpoint(ep string) error {
 	}
 	hostport := ep
 	if scheme, _, ok := strings.Cut(ep, "://"); ok {
-		if scheme != "http" && scheme != "https" {
+		// The client reads the scheme as url.Parse does, in any case
+		// (HTTP://h:2379 dials h:2379, as etcdctl dials it).
+		if s := strings.ToLower(scheme); s != "http" && s != "https" {
 			return fmt.Errorf("scheme %q is not one etcd serves (http, https, unix, unixs)", scheme)
 		}
 		u, err := url.Parse(ep)

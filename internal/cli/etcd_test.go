@@ -117,7 +117,8 @@ func TestBadEtcdFlagsAreRefused(t *testing.T) {
 // the cause, what it would only fail on after --dial-timeout.
 func TestCheckEndpoint(t *testing.T) {
 	for _, ep := range []string{"http://127.0.0.1:2379", "https://etcd.example:2379", "10.0.0.1:2379", "[::1]:2379",
-		"http://[::1]:2379", "http://u:pw@h:1/ignored", "unix:///run/etcd.sock", "unix://etcd.sock", "unixs:etcd.sock", ":2379"} {
+		"http://[::1]:2379", "http://u:pw@h:1/ignored", "unix:///run/etcd.sock", "unix://etcd.sock", "unixs:etcd.sock", ":2379",
+		"HTTP://127.0.0.1:2379", "Https://etcd.example:2379"} {
 		if err := checkEndpoint(ep); err != nil {
 			t.Errorf("checkEndpoint(%q) = %v, want nil", ep, err)
 		}
