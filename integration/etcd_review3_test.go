@@ -1,0 +1,262 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
+)
+
+// leftoverRecords reads the leftover records of key on the cluster, by
+// their etcd key, as fencerun's etcd backend lays them out
+// (_fencerun/leftovers/KEY/LEASE: store/etcdstore/doc.go).
+func leftoverRecords(t *testing.T, cl *clientv3.Client, key string) map[string]map[string]any {
+	t.Helper()
+	resp, err := cl.Get(context.Background(), "_fencerun/leftovers/"+key+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]any{}
+	for _, kv := range resp.Kvs {
+		var r map[string]any
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			t.Fatalf("leftover record %s: %v: %q", kv.Key, err, kv.Value)
+		}
+		out[string(kv.Key)] = r
+	}
+	return out
+}
+
+// A waiter SIGKILLed while it waits leaves the leftover record it put as
+// it queued (e92fd18), and the cgroup it made for its command while it
+// waited (5122ac5). Neither may stall or mislead the next holder on this
+// host: it takes the key once the dead waiter's lease is gone, runs its
+// command (the dead waiter's never runs), and afterwards the key has no
+// leftovers, the dead waiter's record is gone from etcd and its empty
+// cgroup is removed.
+func TestEtcdWaiterKilledWhileQueued(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	eps := c.Endpoints()
+	cl := c.Client()
+	dir := t.TempDir()
+	cg := newTestCgroup(t)
+
+	h := onEtcd(t, eps, "run", "--key", "kq", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
+	startLogged(t, h, dir, "holder")
+	waitFile(t, filepath.Join(dir, "h.started"))
+
+	w := onEtcd(t, eps, "run", "--key", "kq", "--ttl", "2", "--name", "waiter", "--", "touch", filepath.Join(dir, "w-ran"))
+	wlog, err := os.Create(filepath.Join(dir, "waiter.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wlog.Close()
+	w.Stderr = wlog
+	cg.start(t, w)
+	waitContenders(t, cl, "kq", 2)
+	if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
+		t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
+	}
+	recs := leftoverRecords(t, cl, "kq")
+	queued := 0
+	for k, r := range recs {
+		if r["queued"] == true {
+			queued++
+			if pid, _ := r["pid"].(float64); int(pid) != w.Process.Pid {
+				t.Errorf("queued record %s names pid %v, want the waiter's %d", k, r["pid"], w.Process.Pid)
+			}
+		}
+	}
+	if queued != 1 {
+		t.Logf("leftover records while the waiter waits: %v (want one queued: the test then shows less)", recs)
+	}
+
+	w.Process.Kill()
+	exitOf(t, w)
+
+	n := onEtcd(t, eps, "run", "--key", "kq", "--ttl", "2", "--name", "next", "--", "sh", "-c", holderScript, "sh", dir, "n")
+	nlog := startLogged(t, n, dir, "next")
+	waitContenders(t, cl, "kq", 3)
+	if err := os.WriteFile(filepath.Join(dir, "h.go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, h); code != 0 {
+		t.Errorf("holder exited %d", code)
+	}
+	waitFile(t, filepath.Join(dir, "n.started"))
+	if err := os.WriteFile(filepath.Join(dir, "n.go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, n); code != 0 {
+		b, _ := os.ReadFile(nlog)
+		t.Errorf("next holder exited %d\n%s", code, b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "w-ran")); err == nil {
+		t.Error("the killed waiter's command ran")
+	}
+	if order, _ := os.ReadFile(filepath.Join(dir, "order")); strings.Contains(string(order), "overlap") {
+		t.Errorf("two commands overlapped:\n%s", order)
+	}
+	if recs := leftoverRecords(t, cl, "kq"); len(recs) != 0 {
+		t.Errorf("leftover records after the next holder ran on the dead waiter's host: %v", recs)
+	}
+	if left := cg.fencerunCgroups(t); len(left) != 0 {
+		t.Errorf("the killed waiter's cgroup is still there after the next holder on its host ran: %v", left)
+	}
+	st := onEtcd(t, eps, "status", "kq", "--json")
+	out, err := st.Output()
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	if strings.Contains(string(out), "leftovers") {
+		t.Errorf("status shows leftovers of the dead waiter: %s", out)
+	}
+}
+
+// A waiter that took the lease and started its command, SIGKILLed before
+// its command was written down (its leftover record is still the one it
+// put as it queued: SetCommand leaves a cgroup's record to the next write,
+// e92fd18), leaves a process that left its group and session in its
+// command's cgroup. The next holder on this host stops it before its own
+// command starts (S2, E5).
+func TestEtcdWaiterKilledRightAfterItsTake(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	eps := c.Endpoints()
+	cl := c.Client()
+	dir := t.TempDir()
+	cg := newTestCgroup(t)
+
+	h := onEtcd(t, eps, "run", "--key", "kt", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
+	startLogged(t, h, dir, "holder")
+	waitFile(t, filepath.Join(dir, "h.started"))
+
+	leftover := filepath.Join(dir, "leftover")
+	w := onEtcd(t, eps, "run", "--key", "kt", "--ttl", "2", "--name", "waiter", "--", "sh", "-c",
+		"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "+leftover+".tmp; mv "+leftover+".tmp "+leftover+"; exec sleep 1000")
+	wlog, err := os.Create(filepath.Join(dir, "waiter.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wlog.Close()
+	w.Stderr = wlog
+	cg.start(t, w)
+	waitContenders(t, cl, "kt", 2)
+	n := onEtcd(t, eps, "run", "--key", "kt", "--ttl", "2", "--name", "next", "--", "touch", filepath.Join(dir, "next-started"))
+	nlog := startLogged(t, n, dir, "next")
+	waitContenders(t, cl, "kt", 3)
+
+	if err := os.WriteFile(filepath.Join(dir, "h.go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, leftover)
+	w.Process.Kill()
+	recs := leftoverRecords(t, cl, "kt")
+	exitOf(t, w)
+	stillQueued := false
+	for _, r := range recs {
+		if pid, _ := r["pid"].(float64); int(pid) == w.Process.Pid && r["queued"] == true {
+			stillQueued = true
+		}
+	}
+	t.Logf("the killed waiter's record was still queued: %v (%v)", stillQueued, recs)
+	left := readPids(leftover)[0]
+	if !alive(left) {
+		t.Fatal("the leftover died with the wrapper: the test shows nothing")
+	}
+	if code := exitOf(t, h); code != 0 {
+		t.Errorf("holder exited %d", code)
+	}
+	waitFile(t, filepath.Join(dir, "next-started"))
+	if alive(left) {
+		b, _ := os.ReadFile(nlog)
+		t.Errorf("the next holder started beside the dead waiter's leftover pid %d\n%s", left, b)
+	}
+	if code := exitOf(t, n); code != 0 {
+		t.Errorf("next holder exited %d", code)
+	}
+	if left := cg.fencerunCgroups(t); len(left) != 0 {
+		t.Errorf("the dead waiter's command cgroup is still there: %v", left)
+	}
+	_ = syscall.Kill(left, syscall.SIGKILL)
+}
+
+// A waiter on etcd whose wait ends without the lease (-w ran out, -n found
+// the key busy, SIGTERM, SIGHUP) leaves nothing: neither the leftover
+// record it put as it queued (e92fd18) nor the cgroup it made for its
+// command while it waited (5122ac5), and its command never runs.
+func TestEtcdWaitThatEndsLeavesNothing(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	eps := c.Endpoints()
+	cl := c.Client()
+	dir := t.TempDir()
+	h := onEtcd(t, eps, "run", "--key", "kw", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
+	startLogged(t, h, dir, "holder")
+	waitFile(t, filepath.Join(dir, "h.started"))
+	holderRecords := len(leftoverRecords(t, cl, "kw"))
+
+	for _, end := range []string{"wait", "nowait", "sigterm", "sighup"} {
+		t.Run(end, func(t *testing.T) {
+			cg := newTestCgroup(t)
+			args := []string{"run", "--key", "kw", "--ttl", "2", "--name", "waiter-" + end}
+			want := 75
+			switch end {
+			case "wait":
+				args = append(args, "-w", "0.5s")
+			case "nowait":
+				args = append(args, "-n")
+			case "sigterm":
+				want = 128 + int(syscall.SIGTERM)
+			case "sighup":
+				want = 128 + int(syscall.SIGHUP)
+			}
+			ran := filepath.Join(dir, end+"-ran")
+			w := onEtcd(t, eps, append(args, "--", "touch", ran)...)
+			wlog, err := os.Create(filepath.Join(dir, end+".log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wlog.Close()
+			w.Stderr = wlog
+			cg.start(t, w)
+			if strings.HasPrefix(end, "sig") {
+				waitContenders(t, cl, "kw", 2)
+				if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
+					t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
+				}
+				sig := map[string]syscall.Signal{"sigterm": syscall.SIGTERM, "sighup": syscall.SIGHUP}[end]
+				if err := w.Process.Signal(sig); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if code := exitOf(t, w); code != want {
+				b, _ := os.ReadFile(wlog.Name())
+				t.Errorf("waiter exit %d, want %d\n%s", code, want, b)
+			}
+			if _, err := os.Stat(ran); err == nil {
+				t.Error("the waiter's command ran")
+			}
+			if left := cg.fencerunCgroups(t); len(left) != 0 {
+				t.Errorf("the waiter left its command's cgroup: %v", left)
+			}
+			if recs := leftoverRecords(t, cl, "kw"); len(recs) != holderRecords {
+				t.Errorf("leftover records after the wait ended: %v, want only the holder's", recs)
+			}
+			if n := contenders(t, cl, "kw"); n != 1 {
+				t.Errorf("%d contenders after the wait ended, want the holder alone", n)
+			}
+		})
+	}
+	if err := os.WriteFile(filepath.Join(dir, "h.go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, h); code != 0 {
+		t.Errorf("holder exited %d", code)
+	}
+}
