@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -258,5 +259,83 @@ func TestEtcdWaitThatEndsLeavesNothing(t *testing.T) {
 	}
 	if code := exitOf(t, h); code != 0 {
 		t.Errorf("holder exited %d", code)
+	}
+}
+
+// Two waiters queue behind a holder on this host. When the first takes
+// the key, the second's record (put as it queued, naming the cgroup it
+// made while it waits) is a live contender's, not a leftover: the first
+// stops nothing of it, its record stays, and the second then runs its
+// command in that very cgroup.
+func TestEtcdSecondWaiterIsNoLeftoverOfTheFirst(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	eps := c.Endpoints()
+	cl := c.Client()
+	dir := t.TempDir()
+	cg1, cg2 := newTestCgroup(t), newTestCgroup(t)
+
+	h := onEtcd(t, eps, "run", "--key", "k2", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
+	startLogged(t, h, dir, "holder")
+	waitFile(t, filepath.Join(dir, "h.started"))
+	start := func(cg *testCgroup, name string) *exec.Cmd {
+		w := onEtcd(t, eps, "run", "--key", "k2", "--ttl", "2", "--name", name, "--", "sh", "-c",
+			`cat /proc/self/cgroup > "$1/$2.cgroup"; `+holderScript, "sh", dir, name)
+		f, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		w.Stderr = f
+		cg.start(t, w)
+		return w
+	}
+	w1 := start(cg1, "w1")
+	waitContenders(t, cl, "k2", 2)
+	w2 := start(cg2, "w2")
+	waitContenders(t, cl, "k2", 3)
+	if err := waitFor(func() bool { return len(cg2.fencerunCgroups(t)) == 1 }); err != nil {
+		t.Fatalf("the second waiter made no cgroup while it waited: %v", cg2.fencerunCgroups(t))
+	}
+	made := cg2.fencerunCgroups(t)[0]
+	var w2Record string
+	for k, r := range leftoverRecords(t, cl, "k2") {
+		if pid, _ := r["pid"].(float64); int(pid) == w2.Process.Pid {
+			w2Record = k
+		}
+	}
+	if w2Record == "" {
+		t.Fatal("the second waiter put no leftover record as it queued")
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "h.go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(dir, "w1.started"))
+	if _, ok := leftoverRecords(t, cl, "k2")[w2Record]; !ok {
+		t.Error("the first waiter's take deleted the second waiter's record as a leftover")
+	}
+	if left := cg2.fencerunCgroups(t); len(left) != 1 || left[0] != made {
+		t.Errorf("the second waiter's cgroup %s after the first's take: %v", made, left)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "w1.log")); strings.Contains(string(b), "stopping its leftovers") {
+		t.Errorf("the first waiter stopped leftovers after a clean handoff:\n%s", b)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "w1.go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(dir, "w2.started"))
+	if b, _ := os.ReadFile(filepath.Join(dir, "w2.cgroup")); !strings.Contains(string(b), "/"+made+"\n") {
+		t.Errorf("the second waiter's command ran in %q, want the cgroup %s it made while it waited", b, made)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "w2.go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*exec.Cmd{h, w1, w2} {
+		if code := exitOf(t, c); code != 0 {
+			t.Errorf("%v exited %d", c.Args, code)
+		}
+	}
+	if order, _ := os.ReadFile(filepath.Join(dir, "order")); strings.Contains(string(order), "overlap") {
+		t.Errorf("two commands overlapped:\n%s", order)
 	}
 }
