@@ -339,3 +339,48 @@ func TestEtcdSecondWaiterIsNoLeftoverOfTheFirst(t *testing.T) {
 		t.Errorf("two commands overlapped:\n%s", order)
 	}
 }
+
+// A waiter on etcd whose cluster goes away while it waits (a store error
+// ends the wait) fails, removes the cgroup it made for its command while
+// it waited, and never runs its command. What it put on etcd cannot be
+// deleted then: its lease expires, and its queued record names a tree
+// that never ran (prune deletes it).
+func TestEtcdWaitEndedByAStoreErrorLeavesNoCgroup(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	eps := c.Endpoints()
+	cl := c.Client()
+	dir := t.TempDir()
+	cg := newTestCgroup(t)
+	h := onEtcd(t, eps, "run", "--key", "ke", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
+	startLogged(t, h, dir, "holder")
+	waitFile(t, filepath.Join(dir, "h.started"))
+	ran := filepath.Join(dir, "w-ran")
+	w := onEtcd(t, eps, "run", "--key", "ke", "--ttl", "2", "--name", "waiter", "--dial-timeout", "1s", "--", "touch", ran)
+	wlog, err := os.Create(filepath.Join(dir, "waiter.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wlog.Close()
+	w.Stderr = wlog
+	cg.start(t, w)
+	waitContenders(t, cl, "ke", 2)
+	if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
+		t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
+	}
+	for _, m := range c.Members {
+		m.Kill()
+	}
+	code := exitOf(t, w)
+	b, _ := os.ReadFile(wlog.Name())
+	if code == 0 {
+		t.Errorf("the waiter exited 0 with its cluster gone\n%s", b)
+	}
+	t.Logf("waiter exit %d", code)
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the waiter's command ran")
+	}
+	if left := cg.fencerunCgroups(t); len(left) != 0 {
+		t.Errorf("the waiter left its command's cgroup: %v\n%s", left, b)
+	}
+	exitOf(t, h)
+}
