@@ -237,6 +237,9 @@ func TestMainIsTheSameWithTheRunModel(t *testing.T) {
 	main := func(model string, env []string) []mainResult {
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(append(os.Environ(), "FRTEST_CLI_MAIN="+model, "FRTEST_CLI_LINES="+linesFile), env...)
+		// In the test's own directory: a line's relative --dir (--dir run)
+		// makes its state root there, not in the package's source tree.
+		cmd.Dir = dir
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {
