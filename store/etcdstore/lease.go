@@ -37,7 +37,9 @@ type Lease struct {
 	desc     desc
 	left     leftover // this holder's own leftover record
 	predKeys []string // this host's leftover records of the predecessors
-	released bool
+	// forgetting is closed once LeftoversStopped's deletion is done.
+	forgetting chan struct{}
+	released   bool
 	// cgroup: the claim named a cgroup, which finds the tree exactly, so
 	// SetCommand leaves its record to the next write (cmdPending), or to
 	// cmdTimer's within commandDelay.
@@ -225,6 +227,12 @@ func (l *Lease) describe(ctx context.Context, change func(*desc)) error {
 
 // LeftoversStopped deletes this host's leftover records of the
 // predecessors; another host's stay for a holder or prune there.
+//
+// The deletion is sent and not waited for: the trees are gone, so the
+// command may start at once (P7: a handoff after a dead contender had a
+// write before its command); Release waits for it. A record it did not
+// delete (the holder died in between, the cluster failed the write) only
+// makes the next holder here look again and find nothing.
 func (l *Lease) LeftoversStopped(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -235,12 +243,18 @@ func (l *Lease) LeftoversStopped(ctx context.Context) error {
 	for _, k := range l.predKeys {
 		ops = append(ops, clientv3.OpDelete(k))
 	}
-	ctx, cancel := l.s.op(ctx)
-	defer cancel()
-	if _, err := l.s.c.Txn(ctx).Then(ops...).Commit(); err != nil {
-		return l.s.fail("forget leftovers of "+l.key, err)
-	}
 	l.predKeys = nil
+	forgotten := make(chan struct{})
+	l.forgetting = forgotten
+	go func() {
+		defer close(forgotten)
+		ctx, cancel := l.s.op(context.WithoutCancel(ctx))
+		defer cancel()
+		if _, err := l.s.c.Txn(ctx).Then(ops...).Commit(); err != nil {
+			l.s.log.Warn("could not delete the records of stopped leftovers; the next holder here looks for them again",
+				"key", l.key, "error", l.s.fail("forget leftovers of "+l.key, err))
+		}
+	}()
 	return nil
 }
 
@@ -260,6 +274,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.released = true
 	l.ka.drop()
+	if l.forgetting != nil {
+		<-l.forgetting // bounded by the dial timeout
+	}
 	stamps.Mark("etcd.release")
 	if l.cmdTimer != nil {
 		l.cmdTimer.Stop()
