@@ -1,10 +1,12 @@
 package unixsock
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -82,5 +84,43 @@ func TestStale(t *testing.T) {
 	}
 	if _, err := ListenStream(dirfd, dir, "stream", 0o600); err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Errorf("ListenStream over a live socket's name: %v, want address already in use", err)
+	}
+}
+
+// A socket left under its temporary name by a process killed between the
+// bind and the rename is taken for junk only once it is older than
+// BindAge and nothing is bound to it: never a live one, never a fresh one
+// (a bind in progress), never a file that is no socket or has a name of
+// its own.
+func TestLeftInBind(t *testing.T) {
+	dir := t.TempDir()
+	dirfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dirfd)
+	bind := func(name string) *net.UnixListener {
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.SetUnlinkOnClose(false)
+		return ln
+	}
+	bind(BindPrefix + "dead").Close()
+	bind("dead").Close()
+	live := bind(BindPrefix + "live")
+	defer live.Close()
+	os.WriteFile(filepath.Join(dir, BindPrefix+"file"), nil, 0o600)
+	if LeftInBind(dirfd, dir, BindPrefix+"dead") {
+		t.Errorf("LeftInBind took a socket file younger than BindAge (%v)", BindAge)
+	}
+	defer func(age time.Duration) { BindAge = age }(BindAge)
+	BindAge = 0
+	for name, want := range map[string]bool{BindPrefix + "dead": true, BindPrefix + "live": false, BindPrefix + "file": false,
+		"dead": false, BindPrefix + "missing": false, BindPrefix: false} {
+		if got := LeftInBind(dirfd, dir, name); got != want {
+			t.Errorf("LeftInBind(%s) = %v, want %v", name, got, want)
+		}
 	}
 }

@@ -108,6 +108,32 @@ func listen(dirfd int, dir, name string, mode uint32, bind func(addr string) (io
 // state directories' sweeps of crashed writers' files take it too.
 const bindPrefix = ".tmp-bind-"
 
+// BindPrefix is bindPrefix, for the directories no guard lock sweeps
+// (LeftInBind).
+const BindPrefix = bindPrefix
+
+// BindAge is how old a socket file under a temporary name must be before
+// LeftInBind takes it for a dead process's. A bind in progress shows as
+// unbound only inside its own system call (the file exists a moment
+// before the kernel files the socket under it), never for a minute; a
+// test shortens it.
+var BindAge = time.Minute
+
+// LeftInBind reports whether name (BindPrefix and the socket's own name)
+// in the directory open as dirfd is what Listen* left when its process
+// died between the bind and the rename (SIGKILL): a socket file that is
+// Stale and older than BindAge. Where a guard lock keeps binders out, any
+// temporary name is a crashed one's; this is for where none does.
+func LeftInBind(dirfd int, dir, name string) bool {
+	var st unix.Stat_t
+	if len(name) <= len(bindPrefix) || name[:len(bindPrefix)] != bindPrefix ||
+		unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+		time.Since(time.Unix(st.Ctim.Unix())) < BindAge {
+		return false
+	}
+	return Stale(dirfd, dir, name)
+}
+
 // Stale reports whether name, in the directory open as dirfd (path dir), is
 // a socket file that no socket is bound to any more: its process died
 // without removing it. A socket being bound is never stale (Listen*

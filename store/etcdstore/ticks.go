@@ -47,7 +47,8 @@ func pruneTickDirs() []store.Pruned {
 }
 
 // staleTicks removes the sockets in dir if every entry is a stale tick
-// socket, and returns their names; it removes nothing otherwise.
+// socket (or one left under its temporary name: unixsock.LeftInBind), and
+// returns their names; it removes nothing otherwise.
 func staleTicks(dir string) []string {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -60,7 +61,11 @@ func staleTicks(dir string) []string {
 	}
 	var names []string
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "t-") || !unixsock.Stale(fd, dir, e.Name()) {
+		// A run killed between its socket's bind and rename left it
+		// under the temporary name (unixsock.LeftInBind).
+		final, tmp := strings.CutPrefix(e.Name(), unixsock.BindPrefix)
+		if !strings.HasPrefix(final, "t-") ||
+			tmp && !unixsock.LeftInBind(fd, dir, e.Name()) || !tmp && !unixsock.Stale(fd, dir, e.Name()) {
 			return nil
 		}
 		names = append(names, e.Name())

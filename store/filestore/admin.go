@@ -380,7 +380,14 @@ func (s *Store) pruneTicks() []store.Pruned {
 	names, _ := d.List()
 	var out []store.Pruned
 	for _, name := range names {
-		if strings.HasPrefix(name, tickPrefix) && isHex(name[len(tickPrefix):], 32) && unixsock.RemoveStale(d.FD, d.Path, name) {
+		// A run killed between its socket's bind and rename left it
+		// under the temporary name (unixsock.LeftInBind).
+		final, tmp := strings.CutPrefix(name, unixsock.BindPrefix)
+		if !strings.HasPrefix(final, tickPrefix) || !isHex(final[len(tickPrefix):], 32) {
+			continue
+		}
+		if tmp && unixsock.LeftInBind(d.FD, d.Path, name) && unix.Unlinkat(d.FD, name, 0) == nil ||
+			!tmp && unixsock.RemoveStale(d.FD, d.Path, name) {
 			out = append(out, store.Pruned{What: "stale socket", Path: d.Join(name)})
 		}
 	}
