@@ -49,7 +49,7 @@ var runModelLines = []struct {
 	{"--dir D run --key k --cgroup off -- -- true", true, false},
 	{"--dir D run --key k --cgroup off -- run --key x", true, false},
 	{"--dir D --quiet=true run --key k --cgroup off -- true", true, false},
-	{"--dir run run --key k --cgroup off -- true", false, false},
+	{"--dir D run --key k --name run --reason status --cgroup off -- true", true, false},
 	{"--dir D run --key --help -- true", false, false},
 	{"--dir D run --key -h -- true", false, false},
 	{"--dir D run --key", false, false},
