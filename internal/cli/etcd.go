@@ -118,12 +118,14 @@ func (f EtcdFlags) check() error {
 
 // checkEndpoint says what makes ep undialable, as the etcd client reads
 // endpoints (client/v3/internal/endpoint): unix:PATH and unixs:PATH (also
-// with //), http:// and https:// URLs, whose host is dialled, and a bare
-// HOST:PORT. Anything else it hands to the dialler as is, which fails.
+// with //), http:// and https:// URLs, whose host is dialled (schemes in
+// any case), and a bare HOST:PORT. Anything else it hands to the dialler
+// as is, which fails.
 func checkEndpoint(ep string) error {
 	for _, p := range []string{"unixs://", "unix://", "unixs:", "unix:"} {
-		if path, ok := strings.CutPrefix(ep, p); ok {
-			if path == "" {
+		// In any case, as the client dials it (UNIX:///run/etcd.sock).
+		if len(ep) >= len(p) && strings.EqualFold(ep[:len(p)], p) {
+			if ep[len(p):] == "" {
 				return errors.New("names no socket path")
 			}
 			return nil

@@ -118,7 +118,7 @@ func TestBadEtcdFlagsAreRefused(t *testing.T) {
 func TestCheckEndpoint(t *testing.T) {
 	for _, ep := range []string{"http://127.0.0.1:2379", "https://etcd.example:2379", "10.0.0.1:2379", "[::1]:2379",
 		"http://[::1]:2379", "http://u:pw@h:1/ignored", "unix:///run/etcd.sock", "unix://etcd.sock", "unixs:etcd.sock", ":2379",
-		"HTTP://127.0.0.1:2379", "Https://etcd.example:2379"} {
+		"HTTP://127.0.0.1:2379", "Https://etcd.example:2379", "UNIX:///run/etcd.sock", "Unix://etcd.sock", "UNIX:/run/etcd.sock", "UNIXS:etcd.sock"} {
 		if err := checkEndpoint(ep); err != nil {
 			t.Errorf("checkEndpoint(%q) = %v, want nil", ep, err)
 		}
@@ -135,6 +135,7 @@ func TestCheckEndpoint(t *testing.T) {
 		{"://h:1", `scheme "" is not one etcd serves`},
 		{"http://[::1", "missing ']' in host"},
 		{"unix://", "names no socket path"},
+		{"UNIX://", "names no socket path"},
 	} {
 		err := checkEndpoint(tt.ep)
 		if err == nil || !strings.Contains(err.Error(), tt.cause) {
