@@ -234,8 +234,15 @@ func TestMainIsTheSameWithTheRunModel(t *testing.T) {
 	if err := os.WriteFile(linesFile, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	main := func(model string, env []string) []mainResult {
-		cmd := exec.Command(os.Args[0])
+		cmd := exec.Command(self)
+		// In the test's directory: a line with a relative --dir (--dir
+		// run run ...) makes its state root there, not in the source tree.
+		cmd.Dir = dir
 		cmd.Env = append(append(os.Environ(), "FRTEST_CLI_MAIN="+model, "FRTEST_CLI_LINES="+linesFile), env...)
 		// In the test's own directory: a line's relative --dir (--dir run)
 		// makes its state root there, not in the package's source tree.
