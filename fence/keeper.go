@@ -478,6 +478,27 @@ var errNotKept = &EndError{Reason: Lost, Err: errors.New("the keeper no longer r
 // after Run returned.
 func (k *Keeper) Interrupt() { k.stop.Do(func() { close(k.cancel) }) }
 
+// Lost waits (within ctx) for the store operation Run left in flight, as
+// Release does, then reads the lease once and reports whether it is no
+// longer this holder's (revoked, taken over). For a run whose command
+// could not start: a start that failed because the lease was lost meanwhile
+// (a release --force between the take and the start, whose next holder on
+// this host removed this run's prepared cgroup among the revoked holder's
+// leftovers) is a broken fence, not a command that could not run. Call it
+// after Run returned and before Release.
+func (k *Keeper) Lost(ctx context.Context) bool {
+	if k.ran.Load() {
+		select {
+		case <-k.idle:
+			k.idle <- struct{}{} // Release waits for it too
+		case <-ctx.Done():
+			return false
+		}
+	}
+	_, err := k.lease.Check(ctx)
+	return errors.Is(err, store.ErrLost)
+}
+
 // Release waits (within ctx) for the store operation Run left in flight,
 // then releases the lease. Call it after Run returned and the command's tree
 // is gone.

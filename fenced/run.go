@@ -196,6 +196,12 @@ func Run(ctx context.Context, cfg Config) Outcome {
 	// Every exit path releases (S8), after the command's processes are gone.
 	relCtx, cancel := context.WithTimeout(ctx, releaseWait(cfg.TTL))
 	defer cancel()
+	if out.End == NotStarted && keeper.Lost(relCtx) {
+		// The start failed after the lease was lost (S5): exit 76, the
+		// start's own error only logged, as it may be the loss's effect.
+		log.Error("the lease was lost before the command could start; it never ran", "start_error", errtext.Sentence(out.Err))
+		out = Outcome{End: FenceBroken}
+	}
 	if err := keeper.Release(relCtx); err != nil {
 		// The wrapper exiting drops the kernel lock that proves it alive, so
 		// the next holder still takes over; say what was left behind.

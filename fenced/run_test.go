@@ -438,10 +438,27 @@ func TestNotStarted(t *testing.T) {
 	h := newHarness()
 	notFound := errors.New("no such command")
 	h.cfg.Start = func(store.Lease, fenced.Prepared) (fenced.Process, error) { return nil, notFound }
+	h.lease.checks <- nil // the lease is still held when the start fails
 	h.run()
 	o := h.outcome(t)
 	if o.End != fenced.NotStarted || !errors.Is(o.Err, notFound) {
 		t.Fatalf("outcome = %+v, want NotStarted with the start's error", o)
+	}
+}
+
+// A start that fails after the lease was lost (release --force between the
+// take and the start; the next holder on the host removed the prepared
+// cgroup among the revoked holder's leftovers, so clone3 says ENOENT) ends
+// as a broken fence (76), not as a command that could not run (126/127).
+func TestStartFailsAfterTheLeaseWasLost(t *testing.T) {
+	h := newHarness()
+	gone := errors.New("fork/exec /usr/bin/sh: no such file or directory")
+	h.cfg.Start = func(store.Lease, fenced.Prepared) (fenced.Process, error) { return nil, gone }
+	h.lease.checks <- fmt.Errorf("revoked: %w", store.ErrLost)
+	h.run()
+	o := h.outcome(t)
+	if o.End != fenced.FenceBroken {
+		t.Fatalf("outcome = %+v, want FenceBroken", o)
 	}
 }
 
