@@ -444,7 +444,11 @@ func (a *acquirer) held(confirmed int64, records, contenders []*mvccpb.KeyValue)
 	}
 	live := waiting(a.key, contenders)
 	live[leftoverKey(a.key, a.id)] = true
-	l.pred, l.predKeys = predecessor(records, a.key, live, a.s.host)
+	var queuedElsewhere int
+	l.pred, l.predKeys, queuedElsewhere = predecessor(records, a.key, live, a.s.host)
+	if queuedElsewhere > 0 {
+		a.s.log.Debug("queued records of dead contenders on other hosts are left to a fencerun there", "key", a.key, "records", queuedElsewhere)
+	}
 	l.watch()
 	stamps.Mark("etcd.held")
 	a.s.log.Debug("acquired", "key", a.key, "fence", a.rev, "lease", leaseHex(a.id))
@@ -458,15 +462,29 @@ func (a *acquirer) held(confirmed int64, records, contenders []*mvccpb.KeyValue)
 // predecessor; with none, the newest queued one, whose owner may have died
 // just after it took the lease. Only records of this host can be
 // confirmed stopped here (keys lists them).
-func predecessor(records []*mvccpb.KeyValue, key string, live map[string]bool, host string) (*store.Holder, []string) {
+//
+// A queued record of another host is left out, and only counted
+// (queuedElsewhere): nothing here can stop or count its tree, and it
+// must neither be reported as a dead holder's leftovers running there
+// nor keep this host's stopped records from being deleted (the caller
+// skips LeftoversStopped when a tree is on another host). Its owner died
+// either waiting (no tree: the common case, a waiter killed in its queue)
+// or between its take and its first record as a holder (a tree may run
+// there); the records cannot tell these apart, since the take writes
+// nothing. Either way the record stays, for the next holder or prune on
+// its own host, which can tell.
+func predecessor(records []*mvccpb.KeyValue, key string, live map[string]bool, host string) (p *store.Holder, keys []string, queuedElsewhere int) {
 	var (
-		p, queued *store.Holder
-		keys      []string
-		all       []store.Leftover
+		queued *store.Holder
+		all    []store.Leftover
 	)
 	for _, kv := range records {
 		r, ok := parseLeftover(kv)
 		if live[string(kv.Key)] || !ok || !isLeftoverOf(key, kv.Key) {
+			continue
+		}
+		if r.Queued && r.Host != host {
+			queuedElsewhere++
 			continue
 		}
 		r = bound(r, host)
@@ -488,7 +506,7 @@ func predecessor(records []*mvccpb.KeyValue, key string, live map[string]bool, h
 	if p != nil {
 		p.Leftovers = all
 	}
-	return p, keys
+	return p, keys, queuedElsewhere
 }
 
 // waiting names the leftover records of key's live contenders (keys

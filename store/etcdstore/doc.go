@@ -61,7 +61,14 @@
 //     apart: both are stopped as leftovers (the waiter's names no process
 //     that runs), and the waiter is named a Predecessor when no confirmed
 //     holder's record is there. prune deletes this host's queued records
-//     whose contender is gone and whose tree does not run.
+//     whose contender is gone and whose tree does not run. Another host's
+//     queued record is no Predecessor here and no tree of one (it is only
+//     logged at debug level): nothing here could stop it, and a waiter
+//     killed in its queue there must not make every run here warn of a
+//     dead holder's leftovers elsewhere, nor keep this host's stopped
+//     records from being deleted. So a tree that a holder there started
+//     before its first record is not reported here; it stays recorded for
+//     that host's next holder or prune.
 //   - Cancel and status details for holders that are not fencerun (etcdctl
 //     lock): they are listed, with their lease and fence, but cannot be
 //     asked to stop.

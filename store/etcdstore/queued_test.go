@@ -210,3 +210,65 @@ func TestWaiterTermIsItsLastKeepAlive(t *testing.T) {
 		t.Errorf("holder's term starts at %v; want the send time of a keep-alive the waiter sent while it waited: after the grant's (%v), before the release (%v), of %v", start, reads[0], released, reads)
 	}
 }
+
+// A queued record of another host (a waiter there killed in its queue, or
+// killed between its take and its first record as a holder: the records
+// cannot tell which) is no tree of this host's Predecessor: it would make
+// every run here report a dead holder's leftovers on another host, and
+// keep this host's stopped records from being deleted. It stays in etcd
+// for a fencerun on its own host. A confirmed holder's record of another
+// host is still a tree to report.
+func TestQueuedRecordOfAnotherHost(t *testing.T) {
+	s, _ := newStore(t)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	const other = "cgclean-other-host.invalid"
+	put := func(key string, id clientv3.LeaseID, r leftover) {
+		t.Helper()
+		r.PID, r.Name = dead.Process.Pid, "dead"
+		data, _ := json.Marshal(r)
+		if _, err := s.c.Put(t.Context(), leftoverKey(key, id), string(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("oh", 0x500, leftover{Host: other, Marker: "M=elsewhere", Fence: 7, Queued: true})
+	put("oh", 0x501, leftover{Host: s.host, Marker: "M=here", Fence: 5})
+	l := acquireNow(t, s, "oh", store.Claim{Name: "t"})
+	p := l.Predecessor()
+	if p == nil || p.Marker != "M=here" || len(p.Leftovers) != 1 || p.Leftovers[0].Host != s.host {
+		t.Fatalf("predecessor %+v: want this host's dead holder, with its tree only", p)
+	}
+	if err := l.LeftoversStopped(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil { // waits for the deletion
+		t.Fatal(err)
+	}
+	if _, _, _, ok := record(t, s, "oh", 0x501); ok {
+		t.Error("this host's stopped record was not deleted")
+	}
+	if _, _, _, ok := record(t, s, "oh", 0x500); !ok {
+		t.Error("another host's queued record was deleted here")
+	}
+
+	// Only another host's queued record: no predecessor at all.
+	l = acquireNow(t, s, "oh", store.Claim{Name: "t"})
+	if p := l.Predecessor(); p != nil {
+		t.Errorf("predecessor %+v from another host's queued record alone: want none", p)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another host's confirmed holder is still reported, as before.
+	put("oc", 0x600, leftover{Host: other, Marker: "M=holder-elsewhere", Fence: 3})
+	l = acquireNow(t, s, "oc", store.Claim{Name: "t"})
+	if p := l.Predecessor(); p == nil || len(p.Leftovers) != 1 || p.Leftovers[0].Host != other {
+		t.Errorf("predecessor %+v: want another host's confirmed holder, with its tree", p)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
