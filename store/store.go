@@ -349,7 +349,7 @@ type Status struct {
 // Pruned is one thing Prune removed.
 type Pruned struct {
 	Key  string `json:"key,omitempty"`
-	What string `json:"what"` // "expired lease", "dead waiter", "temp file", "free key", "stale socket", "leftovers", "dead waiter's record" (etcd)
+	What string `json:"what"` // "expired lease", "dead waiter", "temp file", "free key", "stale socket", "leftovers", "dead waiter's record" (etcd), "dead run's cgroup"
 	Path string `json:"path,omitempty"`
 	// HolderPID and Count: for "leftovers", the dead holder and how many
 	// of its processes were stopped.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -286,6 +287,11 @@ func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 		return nil, &ExecError{Path: path, Err: err, Failure: failure}
 	}
 	p.log.Debug("started", "pid", p.pid, "path", path, "foreground", foreground)
+	if cg != nil {
+		// The empty cgroups of runs killed while they waited, now that
+		// the command runs (see SweepCgroups).
+		sweepAfterStart(filepath.Dir(cg.path))
+	}
 	return p, nil
 }
 
