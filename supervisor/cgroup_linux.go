@@ -183,15 +183,14 @@ type cgroup struct {
 // cgroup.kill (before 5.14), which containment relies on. Its descriptor
 // holds an exclusive flock(2) on the directory until the cgroup is removed
 // (or this process ends): the sign of a live run that SweepCgroups keeps
-// to. The lock waits only for a sweep that is looking at the cgroup.
+// to (see lockCgroup).
 func createCgroup(path string) (*cgroup, error) {
 	if err := os.Mkdir(path, 0o755); err != nil {
 		return nil, fmt.Errorf("supervisor: creating cgroup: %w", err)
 	}
 	c, err := openCgroup(path)
 	if err == nil {
-		for unix.Flock(c.fd, unix.LOCK_EX) == unix.EINTR {
-		}
+		lockCgroup(c.fd)
 		if _, err = os.Stat(filepath.Join(path, "cgroup.kill")); err != nil {
 			c.close()
 			err = fmt.Errorf("supervisor: cgroup %s has no cgroup.kill (Linux 5.14 or later needed)", path)

@@ -83,6 +83,20 @@ func SweepCgroups(dir string) ([]string, error) {
 // its runs make their commands' cgroups.
 func (h *Hierarchy) Sweep() ([]string, error) { return SweepCgroups(h.dir) }
 
+// lockCgroup takes the lock of a cgroup just made, through its
+// descriptor. Only a sweep that took this run for dead (its pid of another
+// namespace) holds it meanwhile, for a few system calls; after 100 tries
+// the cgroup goes unlocked, kept by its maker's pid alone.
+func lockCgroup(fd int) {
+	for range 100 {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil || err != unix.EWOULDBLOCK && err != unix.EINTR {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // cgroupMaker is the pid in a cgroup name of fencerun's form (NewPath).
 func cgroupMaker(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, cgroupPrefix)
@@ -103,6 +117,12 @@ func cgroupMaker(name string) (int, bool) {
 // removeDeadCgroup removes the cgroup at path, made by pid, if nothing
 // holds its lock, pid is gone or reused, and it is empty.
 func removeDeadCgroup(path string, pid int) bool {
+	// The maker first: a live run in its mkdir-to-flock window is not
+	// made to wait for the lock (createCgroup).
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil || !makerGone(pid, time.Unix(st.Mtim.Unix())) {
+		return false
+	}
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
@@ -110,10 +130,6 @@ func removeDeadCgroup(path string, pid int) bool {
 	defer unix.Close(fd) // the lock goes with it, after the rmdir
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
 		return false // a live run's
-	}
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || !makerGone(pid, time.Unix(st.Mtim.Unix())) {
-		return false
 	}
 	return unix.Rmdir(path) == nil // EBUSY: populated, or with cgroups below
 }
