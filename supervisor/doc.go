@@ -22,7 +22,10 @@
 // neither the command's final environment nor its logger) ahead of Start,
 // so that a caller can do it while it waits for its lease; nothing runs in
 // it until Prepared.Start, and Prepared.Discard removes it. A process
-// killed with SIGKILL between the two leaves it, empty.
+// killed with SIGKILL between the two leaves it, empty; the next run that
+// starts a command in the same directory removes it, as SweepCgroups
+// does, which takes only an empty cgroup of fencerun's name whose maker
+// is gone and whose lock no live run holds (cgsweep_linux.go).
 //
 // Without one, the command's tree is found among the descendants of this
 // process: the command's process group; the processes reparented to this
@@ -96,7 +99,15 @@
 //     or that a command which ignores SIGTSTP sent to this process stops:
 //     then this process does not stop either;
 //   - the caller's dispositions and mask beyond what the Go runtime leaves
-//     (CallerIgnored; README: what the command is given).
+//     (CallerIgnored; README: what the command is given);
+//   - that SweepCgroups never takes a live run's empty cgroup when that
+//     run's pid is of another pid namespace (sharing the cgroup directory)
+//     and the sweep comes between its mkdir and its flock, a few system
+//     calls, or when that run is of a build that took no lock and its pid
+//     is of another namespace or the wall clock was stepped forward by
+//     more than 10 s since its mkdir; nor that it removes a dead run's
+//     cgroup whose pid a process that started within 10 s of its mkdir
+//     (or before a wall clock step back) reuses: that one stays.
 //
 // Reparented processes are ambiguous: a child of this process that no
 // Process started, that is outside this process's own process group and
