@@ -121,19 +121,28 @@ type keyStatus struct {
 // status runs `fencerun status key --json`.
 func (s *sandbox) status(key string) keyStatus {
 	s.t.Helper()
-	c := fencerun(s.state, "status", key, "--json")
-	c.Dir = s.work
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
-	out, err := c.Output()
-	if err != nil {
-		s.t.Fatalf("fencerun status %s --json: %v\n%s%s", key, err, out, stderr.String())
+	out, stderr, code := s.output("status", key, "--json")
+	if code != 0 {
+		s.t.Fatalf("fencerun status %s --json: exit %d\n%s%s", key, code, out, stderr)
 	}
 	var st keyStatus
-	if err := json.Unmarshal(out, &st); err != nil {
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		s.t.Fatalf("fencerun status %s --json: %v in %q", key, err, out)
 	}
 	return st
+}
+
+// output runs a fencerun command to its end, killed and failed if it takes
+// longer than the guard (exitOf), and returns its stdout, stderr and exit
+// code.
+func (s *sandbox) output(args ...string) (string, string, int) {
+	s.t.Helper()
+	c := fencerun(s.state, args...)
+	c.Dir = s.work
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	code := exitOf(s.t, s.start(c))
+	return stdout.String(), stderr.String(), code
 }
 
 // waiterNames are the names of key's waiters in queue order.

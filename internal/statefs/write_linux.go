@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -126,6 +127,14 @@ func TempName() string {
 // the kernel call returns. The lock is released by closing the descriptor,
 // which is the only one on its open file description.
 func (d Dir) LockFile(ctx context.Context, name string, create bool, how int) (int, error) {
+	return d.LockFileSlow(ctx, name, create, how, 0, nil)
+}
+
+// LockFileSlow is LockFile that, if the lock is still busy after the
+// given time, calls slow once with the open descriptor (say, to log who
+// holds the lock: FlockHolder) and goes on waiting; a nil slow is never
+// called.
+func (d Dir) LockFileSlow(ctx context.Context, name string, create bool, how int, after time.Duration, slow func(fd int)) (int, error) {
 	flags := unix.O_RDONLY
 	if create {
 		flags |= unix.O_CREAT
@@ -144,19 +153,31 @@ func (d Dir) LockFile(ctx context.Context, name string, create bool, how int) (i
 	}
 	done := make(chan error, 1)
 	go func() { done <- FlockWait(fd, how) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			unix.Close(fd)
-			return -1, fmt.Errorf("lock %s: %w", d.Join(name), err)
+	var late <-chan time.Time
+	if slow != nil {
+		t := time.NewTimer(after)
+		defer t.Stop()
+		late = t.C
+	}
+	for {
+		select {
+		case <-late:
+			late = nil
+			slow(fd)
+			continue
+		case err := <-done:
+			if err != nil {
+				unix.Close(fd)
+				return -1, fmt.Errorf("lock %s: %w", d.Join(name), err)
+			}
+			return fd, nil
+		case <-ctx.Done():
+			go func() {
+				<-done
+				unix.Close(fd)
+			}()
+			return -1, fmt.Errorf("lock %s: %w", d.Join(name), context.Cause(ctx))
 		}
-		return fd, nil
-	case <-ctx.Done():
-		go func() {
-			<-done
-			unix.Close(fd)
-		}()
-		return -1, fmt.Errorf("lock %s: %w", d.Join(name), context.Cause(ctx))
 	}
 }
 

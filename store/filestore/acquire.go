@@ -41,7 +41,18 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	if ctx.Err() != nil {
 		return nil, nil, fmt.Errorf("filestore: acquire %q: %w", key, context.Cause(ctx))
 	}
-	kd, g, err := s.lockKey(ctx, key, true, unix.LOCK_EX)
+	// Without --wait, a guard that stays busy (its holder stopped or
+	// wedged while it changed the key) is in the way as a holder is: the
+	// key is busy, as flock -n finds a lock it cannot take at once.
+	lctx, giveUp := ctx, context.CancelCauseFunc(nil)
+	if !claim.Wait {
+		lctx, giveUp = context.WithCancelCause(ctx)
+		defer giveUp(nil)
+	}
+	kd, g, err := s.lockKey(lctx, key, true, unix.LOCK_EX, "acquire", giveUp)
+	if holder := stuckGuard(ctx, err); holder != "" {
+		return nil, &store.Holder{Name: "whatever holds the key's guard lock, " + holder}, nil
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -117,7 +128,7 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 		}
 		if err == nil {
 			var g int
-			if g, err = a.kd.LockFile(ctx, guardFile, true, unix.LOCK_EX); err == nil {
+			if g, err = a.s.lockGuard(ctx, a.kd, true, unix.LOCK_EX, "acquire", nil); err == nil {
 				l, b, err = a.attempt()
 				unix.Close(g)
 			}

@@ -31,15 +31,15 @@ import (
 var errMoved = errors.New("filestore: key directory was removed or replaced")
 
 // lockKey opens key's directory (creating it with create) and locks its
-// guard with how, checking that both are still the key's after the lock
+// guard with how (op and giveUp as lockGuard's), checking that both are still the key's after the lock
 // is taken; a directory removed meanwhile is opened again.
-func (s *Store) lockKey(ctx context.Context, key string, create bool, how int) (dir, int, error) {
+func (s *Store) lockKey(ctx context.Context, key string, create bool, how int, op string, giveUp context.CancelCauseFunc) (dir, int, error) {
 	for {
 		kd, err := s.keyDir(key, create)
 		if err != nil {
 			return kd, -1, err
 		}
-		g, err := kd.LockFile(ctx, guardFile, create, how)
+		g, err := s.lockGuard(ctx, kd, create, how, op, giveUp)
 		if err == nil {
 			err = s.guardLinked(key, kd, g)
 			if err != nil {

@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// A process stopped (SIGSTOP) while it holds a key's guard lock, as a
+// wrapper stopped inside a renewal would: status and list answer anyway,
+// read without the guard, and say who holds it; run -w and run -n end as
+// asked; cancel, prune and release --force say what they wait for and go
+// on once the guard is free. The guard's holder here is flock(1), a real
+// process holding LOCK_EX on the real guard file, stopped with its child.
+func TestGuardHolderStopped(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	// A TTL far longer than the test: the holder's renewals, which wait
+	// on the guard too, are not due before the guard is free again.
+	holder := s.start(s.fencerun("holder", "run", "--key", "job", "--ttl", "10m", "--name", "a", "--",
+		"sh", "-c", exclusive+`echo $$ > a.tmp && mv a.tmp a.pid && exec sleep 1000`))
+	apids := s.pids("a.pid")
+	s.waitHeld("job")
+
+	guard := filepath.Join(s.state, "keys", "k-job", "guard")
+	blocker := exec.Command("flock", guard, "sh", "-c", `echo $$ > blocker.tmp && mv blocker.tmp blocker.pid && exec sleep 1000`)
+	s.prepare(blocker, "blocker")
+	blocker.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.start(blocker)
+	bpids := append(s.pids("blocker.pid"), blocker.Process.Pid)
+	stopped := true
+	free := func() {
+		if !stopped {
+			return
+		}
+		stopped = false
+		_ = syscall.Kill(-blocker.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-blocker.Process.Pid, syscall.SIGCONT)
+		_ = blocker.Wait()
+		waitGone(t, bpids...)
+	}
+	t.Cleanup(free)
+	if err := syscall.Kill(-blocker.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range bpids {
+		if err := waitFor(func() bool { return procState(pid) == 'T' }); err != nil {
+			t.Fatalf("guard holder %d never stopped (state %q)", pid, procState(pid))
+		}
+	}
+	// flock(1) took the lock: /proc/locks names it.
+	note := fmt.Sprintf("the key's guard lock is held by pid %d (stopped); read without it, the answer may be momentarily stale", blocker.Process.Pid)
+
+	out, stderr, code := s.output("status", "job", "--exit-code")
+	t.Logf("status, guard held by a stopped process: exit %d\n%s%s", code, out, stderr)
+	if code != 0 || !strings.Contains(out, "held") || !strings.Contains(stderr, note) {
+		t.Errorf("status --exit-code: exit %d, want 0 (held), and stderr naming the guard's holder (%q)", code, note)
+	}
+	if st := s.status("job"); st.State != "held" || st.Holder == nil || st.Holder.Name != "a" {
+		t.Errorf("status --json: %+v, want held by a", st)
+	}
+	out, stderr, code = s.output("list")
+	t.Logf("list: exit %d\n%s%s", code, out, stderr)
+	if code != 0 || !strings.Contains(out, "job") || !strings.Contains(out, "held") || !strings.Contains(stderr, note) {
+		t.Errorf("list: exit %d, want 0, a row for job held, and stderr naming the guard's holder", code)
+	}
+
+	// Waits the user bounded end as bounded, with the conflict code (its
+	// message names the holder through a status that does not hang).
+	if code := s.run("waiter", "run", "--key", "job", "-w", "2s", "--", "touch", "ran"); code != 75 {
+		t.Errorf("run -w 2s: exit %d, want 75", code)
+	}
+	if code := s.run("nowait", "run", "--key", "job", "-n", "--", "touch", "ran"); code != 75 {
+		t.Errorf("run -n: exit %d, want 75 (busy)", code)
+	}
+	s.waitLog("nowait", "guard lock")
+
+	// Changes wait for the guard, and say so; a signal ends the wait.
+	cancel := s.start(s.fencerun("cancel", "cancel", "job"))
+	s.waitLog("cancel", fmt.Sprintf(`waiting for the key's guard lock: cancel goes on once it is free: path=%s held_by="pid %d (stopped)"`, guard, blocker.Process.Pid))
+	if err := cancel.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cancel, SIGTERMed while it waited for the guard: exit %d", exitOf(t, cancel))
+
+	release := s.start(s.fencerun("release", "release", "job", "--force"))
+	prune := s.start(s.fencerun("prune", "prune"))
+	s.waitLog("release", "waiting for the key's guard lock: release --force goes on once it is free")
+	s.waitLog("prune", "waiting for the key's guard lock: prune goes on once it is free")
+	free()
+	if code := exitOf(t, release); code != 0 {
+		t.Errorf("release --force, once the guard was free: exit %d, want 0", code)
+	}
+	if code := exitOf(t, prune); code != 0 {
+		t.Errorf("prune, once the guard was free: exit %d, want 0", code)
+	}
+	if code := exitOf(t, holder); code != 76 {
+		t.Errorf("holder: exit %d after release --force, want 76", code)
+	}
+	goneAtExit(t, "a's command", apids...)
+	s.noOverlap()
+}
