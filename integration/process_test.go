@@ -425,6 +425,12 @@ func TestWrapperStopped(t *testing.T) {
 	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// However the test ends, a is not left stopped (after a's Wait,
+	// os.Process signals nothing, so a reused pid is never hit).
+	t.Cleanup(func() {
+		_ = a.Process.Signal(syscall.SIGCONT)
+		_ = a.Process.Kill()
+	})
 	if err := waitFor(func() bool { return procState(a.Process.Pid) == 'T' }); err != nil {
 		t.Fatalf("wrapper a never stopped (state %q)", procState(a.Process.Pid))
 	}

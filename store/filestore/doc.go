@@ -65,8 +65,14 @@
 //     who can write the root can break it. That is why the root must be
 //     ours alone.
 //   - Progress while a process is stopped holding a guard lock (inside a
-//     store call for a few microseconds): calls on that key wait for it,
-//     a holder's renewal included, and give up when their context ends.
+//     store call for a few microseconds): calls that change that key wait
+//     for it, a holder's renewal included, log who holds it after a second
+//     (guard.go), and give up when their context ends; Acquire without
+//     Wait finds the key busy after that second. Status and List do not
+//     wait past it: they read without the guard (live from /proc/locks,
+//     which they never lock, so no acquirer can be misled) and log that the
+//     answer may be momentarily stale; a holder whose lock that /proc does
+//     not show (another pid namespace's) then reads as not holding.
 //   - Prompt cleanup after a waiter gives up: its queue entry is removed at
 //     once, but the goroutine blocked in flock(2) for it stays, with one
 //     thread and one descriptor, until that lock is next released, then
