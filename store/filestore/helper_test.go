@@ -22,7 +22,7 @@ import (
 // liveness is the point: it holds, waits for or writes a lease as a real
 // process that a test can stop or kill.
 const (
-	helperMode   = "FILESTORE_TEST_HELPER" // hold, fsize or loop
+	helperMode   = "FILESTORE_TEST_HELPER" // hold, stopguard, fsize or loop
 	helperRoot   = "FILESTORE_TEST_ROOT"
 	helperKey    = "FILESTORE_TEST_KEY"
 	helperMarker = "FILESTORE_TEST_MARKER"
@@ -66,6 +66,22 @@ func runHelper(mode string) int {
 			return 1
 		}
 		fmt.Println("released")
+		return 0
+	case "stopguard":
+		// Lock the key's guard as a store call does, say so, and stop
+		// (as SIGSTOP stops a wrapper inside a renewal); once continued,
+		// hold it until stdin closes.
+		fd, err := unix.Open(filepath.Join(os.Getenv(helperRoot), "keys", encodeKey(key), guardFile), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Flock(fd, unix.LOCK_EX)
+		}
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("locked")
+		unix.Kill(os.Getpid(), unix.SIGSTOP)
+		io.Copy(io.Discard, os.Stdin)
 		return 0
 	case "crash":
 		// Die by SIGKILL in the middle of a write: before the rename of a
