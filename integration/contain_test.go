@@ -124,6 +124,22 @@ func killHolderLeavingKinds(t *testing.T, s *sandbox, cg *testCgroup, key, mode 
 		pids[f] = readPids(waitPidFile(t, s.path(f)))[0]
 	}
 	s.waitRecorded(t, key)
+	// The setsid double fork has escaped only once it leads a session of
+	// its own, has exec'd sleep through env -i (no marker left in it) and
+	// has the wrapper, the subreaper, for its parent: the subshell that
+	// forked it, which carries the marker, is gone. Before that the next
+	// holder finds it, rightly, by its group, its environment or its
+	// parent; on a loaded machine the wrapper could be killed that early.
+	escaper, wrapper := pids["setsid.pid"], strconv.Itoa(c.Process.Pid)
+	if err := waitFor(func() bool {
+		f := procStat(escaper)
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", escaper))
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", escaper))
+		return len(f) > 3 && f[1] == wrapper && f[3] == strconv.Itoa(escaper) &&
+			filepath.Base(exe) == "sleep" && err == nil && !strings.Contains(string(env), "FENCERUN_TICK=")
+	}); err != nil {
+		t.Fatalf("the setsid double fork (pid %d) never escaped: stat %q", escaper, procStat(escaper))
+	}
 	setgid := pids["setgid.pid"]
 	if err := waitFor(func() bool {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", setgid))
