@@ -90,11 +90,11 @@ func withLogger(s *etcdstore.Store, err error) func(hclog.Logger) (store.Store, 
 }
 
 // open opens the etcd backend the flags name. TLS is used when a
-// certificate flag is given or an endpoint is https://.
+// certificate flag is given or an endpoint is https:// or unixs://.
 func open(f cli.EtcdFlags) (*etcdstore.Store, error) {
 	o := etcdstore.Options{Endpoints: f.Endpoints(), DialTimeout: f.DialTimeout}
 	o.Username, o.Password = f.Credentials()
-	if f.Cacert != "" || f.Cert != "" || f.KeyFile != "" || strings.Contains(f.Etcd, "https://") {
+	if f.Cacert != "" || f.Cert != "" || f.KeyFile != "" || wantsTLS(f.Etcd) {
 		cfg, err := etcdstore.TLSConfig(f.Cacert, f.Cert, f.KeyFile)
 		if err != nil {
 			return nil, err
@@ -104,4 +104,14 @@ func open(f cli.EtcdFlags) (*etcdstore.Store, error) {
 	s, err := etcdstore.Open(o)
 	stamps.Mark("etcd.open")
 	return s, err
+}
+
+// wantsTLS reports whether an endpoint of the --etcd list asks for TLS:
+// https:// or unixs:, in any case, as internal/cli's check accepts the
+// schemes and the client reads them (an HTTPS:// endpoint without a
+// certificate flag would otherwise get the client's default TLS rather
+// than ours, with its minimum version).
+func wantsTLS(endpoints string) bool {
+	l := strings.ToLower(endpoints)
+	return strings.Contains(l, "https://") || strings.Contains(l, "unixs:")
 }
