@@ -22,7 +22,9 @@ import (
 // generation forks, the child calls setsid, the parent exits, bounded to
 // 2000 generations and 5 s from the SIGTERM, and 60 s of waiting for it):
 // nothing of it survives fencerun's exit, on a normal exit, on release
-// --force and on --timeout, 20 runs each, with a cgroup and without one. Before the freeze and the cgroups, 19, 20 and
+// --force and on --timeout (0.5 s: on a loaded machine a run whose timeout
+// fired before sh started the hopper tested nothing, and at most 5 such
+// runs of 20 are taken), 20 runs each, with a cgroup and without one. Before the freeze and the cgroups, 19, 20 and
 // 18 runs of 20 left it running.
 //
 // Each run's fencerun is started into a cgroup of the test's own, so that
@@ -35,7 +37,7 @@ func TestForkHopperNeverSurvives(t *testing.T) {
 			t.Run(mode+"/"+end, func(t *testing.T) {
 				t.Parallel()
 				s := newSandbox(t)
-				survived := 0
+				survived, missed := 0, 0
 				for i := range 20 {
 					key := fmt.Sprintf("hop-%d", i)
 					hop := s.path(key + ".pid")
@@ -49,7 +51,7 @@ func TestForkHopperNeverSurvives(t *testing.T) {
 						want = 76
 					case "timeout":
 						script += "; wait"
-						args = append(args, "--timeout", "0.2s")
+						args = append(args, "--timeout", "0.5s")
 						want = 124
 					}
 					c := s.fencerun(key, append(args, "--", "sh", "-c", script)...)
@@ -64,7 +66,14 @@ func TestForkHopperNeverSurvives(t *testing.T) {
 						t.Errorf("run %d: exit %d, want %d", i, code, want)
 					}
 					if _, err := os.Stat(hop); err != nil {
-						t.Fatalf("run %d: the hopper never started: %v", i, err)
+						if end != "timeout" {
+							t.Fatalf("run %d: the hopper never started: %v", i, err)
+						}
+						// The timeout can fire before sh has started the
+						// hopper on a loaded machine: that run tested no
+						// hopper (survivors are still looked for below).
+						t.Logf("run %d: --timeout fired before the hopper started: %v", i, err)
+						missed++
 					}
 					if cg.populated(t) {
 						survived++
@@ -74,6 +83,9 @@ func TestForkHopperNeverSurvives(t *testing.T) {
 				}
 				if survived > 0 {
 					t.Errorf("%s: the hopper survived %d of 20 runs", end, survived)
+				}
+				if missed > 5 {
+					t.Errorf("%s: in %d of 20 runs the hopper never started before --timeout fired: too few runs tested it", end, missed)
 				}
 			})
 		}
