@@ -15,6 +15,41 @@ import (
 	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
 )
 
+// heldOnEtcd starts a one-member cluster and a fencerun holding key on it
+// whose command (holderScript) runs until dir/h.go appears.
+func heldOnEtcd(t *testing.T, key string) (*etcdtest.Cluster, *clientv3.Client, string, *exec.Cmd) {
+	t.Helper()
+	c := etcdtest.Start(t, etcdtest.Options{})
+	dir := t.TempDir()
+	h := onEtcd(t, c.Endpoints(), "run", "--key", key, "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
+	startLogged(t, h, dir, "holder")
+	waitFile(t, filepath.Join(dir, "h.started"))
+	return c, c.Client(), dir, h
+}
+
+// startLogged starts c in cg with its stderr in the file log, and returns
+// log.
+func (cg *testCgroup) startLogged(t *testing.T, c *exec.Cmd, log string) string {
+	t.Helper()
+	f, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	c.Stderr = f
+	cg.start(t, c)
+	return log
+}
+
+// waitPrepared waits for the one cgroup a waiter in cg makes for its
+// command while it waits.
+func (cg *testCgroup) waitPrepared(t *testing.T) {
+	t.Helper()
+	if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
+		t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
+	}
+}
+
 // leftoverRecords reads the leftover records of key on the cluster, by
 // their etcd key, as fencerun's etcd backend lays them out
 // (_fencerun/leftovers/KEY/LEASE: store/etcdstore/doc.go).
@@ -44,28 +79,14 @@ func leftoverRecords(t *testing.T, cl *clientv3.Client, key string) map[string]m
 // cgroup is removed.
 func TestEtcdWaiterKilledWhileQueued(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
+	c, cl, dir, h := heldOnEtcd(t, "kq")
 	eps := c.Endpoints()
-	cl := c.Client()
-	dir := t.TempDir()
 	cg := newTestCgroup(t)
 
-	h := onEtcd(t, eps, "run", "--key", "kq", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
-	startLogged(t, h, dir, "holder")
-	waitFile(t, filepath.Join(dir, "h.started"))
-
 	w := onEtcd(t, eps, "run", "--key", "kq", "--ttl", "2", "--name", "waiter", "--", "touch", filepath.Join(dir, "w-ran"))
-	wlog, err := os.Create(filepath.Join(dir, "waiter.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wlog.Close()
-	w.Stderr = wlog
-	cg.start(t, w)
+	cg.startLogged(t, w, filepath.Join(dir, "waiter.log"))
 	waitContenders(t, cl, "kq", 2)
-	if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
-		t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
-	}
+	cg.waitPrepared(t)
 	recs := leftoverRecords(t, cl, "kq")
 	queued := 0
 	for k, r := range recs {
@@ -130,26 +151,14 @@ func TestEtcdWaiterKilledWhileQueued(t *testing.T) {
 // command starts (S2, E5).
 func TestEtcdWaiterKilledRightAfterItsTake(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
+	c, cl, dir, h := heldOnEtcd(t, "kt")
 	eps := c.Endpoints()
-	cl := c.Client()
-	dir := t.TempDir()
 	cg := newTestCgroup(t)
-
-	h := onEtcd(t, eps, "run", "--key", "kt", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
-	startLogged(t, h, dir, "holder")
-	waitFile(t, filepath.Join(dir, "h.started"))
 
 	leftover := filepath.Join(dir, "leftover")
 	w := onEtcd(t, eps, "run", "--key", "kt", "--ttl", "2", "--name", "waiter", "--", "sh", "-c",
 		"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "+leftover+".tmp; mv "+leftover+".tmp "+leftover+"; exec sleep 1000")
-	wlog, err := os.Create(filepath.Join(dir, "waiter.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wlog.Close()
-	w.Stderr = wlog
-	cg.start(t, w)
+	cg.startLogged(t, w, filepath.Join(dir, "waiter.log"))
 	waitContenders(t, cl, "kt", 2)
 	n := onEtcd(t, eps, "run", "--key", "kt", "--ttl", "2", "--name", "next", "--", "touch", filepath.Join(dir, "next-started"))
 	nlog := startLogged(t, n, dir, "next")
@@ -196,13 +205,8 @@ func TestEtcdWaiterKilledRightAfterItsTake(t *testing.T) {
 // command while it waited (5122ac5), and its command never runs.
 func TestEtcdWaitThatEndsLeavesNothing(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
+	c, cl, dir, h := heldOnEtcd(t, "kw")
 	eps := c.Endpoints()
-	cl := c.Client()
-	dir := t.TempDir()
-	h := onEtcd(t, eps, "run", "--key", "kw", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
-	startLogged(t, h, dir, "holder")
-	waitFile(t, filepath.Join(dir, "h.started"))
 	holderRecords := len(leftoverRecords(t, cl, "kw"))
 
 	for _, end := range []string{"wait", "nowait", "sigterm", "sighup"} {
@@ -222,25 +226,17 @@ func TestEtcdWaitThatEndsLeavesNothing(t *testing.T) {
 			}
 			ran := filepath.Join(dir, end+"-ran")
 			w := onEtcd(t, eps, append(args, "--", "touch", ran)...)
-			wlog, err := os.Create(filepath.Join(dir, end+".log"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer wlog.Close()
-			w.Stderr = wlog
-			cg.start(t, w)
+			wlog := cg.startLogged(t, w, filepath.Join(dir, end+".log"))
 			if strings.HasPrefix(end, "sig") {
 				waitContenders(t, cl, "kw", 2)
-				if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
-					t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
-				}
+				cg.waitPrepared(t)
 				sig := map[string]syscall.Signal{"sigterm": syscall.SIGTERM, "sighup": syscall.SIGHUP}[end]
 				if err := w.Process.Signal(sig); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if code := exitOf(t, w); code != want {
-				b, _ := os.ReadFile(wlog.Name())
+				b, _ := os.ReadFile(wlog)
 				t.Errorf("waiter exit %d, want %d\n%s", code, want, b)
 			}
 			if _, err := os.Stat(ran); err == nil {
@@ -272,34 +268,20 @@ func TestEtcdWaitThatEndsLeavesNothing(t *testing.T) {
 // command in that very cgroup.
 func TestEtcdSecondWaiterIsNoLeftoverOfTheFirst(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
+	c, cl, dir, h := heldOnEtcd(t, "k2")
 	eps := c.Endpoints()
-	cl := c.Client()
-	dir := t.TempDir()
 	cg1, cg2 := newTestCgroup(t), newTestCgroup(t)
-
-	h := onEtcd(t, eps, "run", "--key", "k2", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
-	startLogged(t, h, dir, "holder")
-	waitFile(t, filepath.Join(dir, "h.started"))
 	start := func(cg *testCgroup, name string) *exec.Cmd {
 		w := onEtcd(t, eps, "run", "--key", "k2", "--ttl", "2", "--name", name, "--", "sh", "-c",
 			`cat /proc/self/cgroup > "$1/$2.cgroup"; `+holderScript, "sh", dir, name)
-		f, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		w.Stderr = f
-		cg.start(t, w)
+		cg.startLogged(t, w, filepath.Join(dir, name+".log"))
 		return w
 	}
 	w1 := start(cg1, "w1")
 	waitContenders(t, cl, "k2", 2)
 	w2 := start(cg2, "w2")
 	waitContenders(t, cl, "k2", 3)
-	if err := waitFor(func() bool { return len(cg2.fencerunCgroups(t)) == 1 }); err != nil {
-		t.Fatalf("the second waiter made no cgroup while it waited: %v", cg2.fencerunCgroups(t))
-	}
+	cg2.waitPrepared(t)
 	made := cg2.fencerunCgroups(t)[0]
 	var w2Record string
 	for k, r := range leftoverRecords(t, cl, "k2") {
@@ -353,38 +335,25 @@ func TestEtcdSecondWaiterIsNoLeftoverOfTheFirst(t *testing.T) {
 // record names a tree that never ran (prune deletes it).
 func TestEtcdWaitEndedByAStoreErrorLeavesNoCgroup(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
+	c, cl, dir, h := heldOnEtcd(t, "ke")
 	eps := c.Endpoints()
-	cl := c.Client()
-	dir := t.TempDir()
 	cg := newTestCgroup(t)
-	h := onEtcd(t, eps, "run", "--key", "ke", "--ttl", "2", "--", "sh", "-c", holderScript, "sh", dir, "h")
-	startLogged(t, h, dir, "holder")
-	waitFile(t, filepath.Join(dir, "h.started"))
 	ran := filepath.Join(dir, "w-ran")
 	w := onEtcd(t, eps, "run", "--key", "ke", "--ttl", "2", "--name", "waiter", "--dial-timeout", "1s", "-w", "2s", "--", "touch", ran)
-	wlog, err := os.Create(filepath.Join(dir, "waiter.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wlog.Close()
-	w.Stderr = wlog
-	cg.start(t, w)
+	wlog := cg.startLogged(t, w, filepath.Join(dir, "waiter.log"))
 	waitContenders(t, cl, "ke", 2)
-	if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
-		t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
-	}
+	cg.waitPrepared(t)
 	for _, m := range c.Members {
 		m.Kill()
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			b, _ := os.ReadFile(wlog.Name())
+			b, _ := os.ReadFile(wlog)
 			t.Logf("waiter's log:\n%s", b)
 		}
 	})
 	code := exitOf(t, w)
-	b, _ := os.ReadFile(wlog.Name())
+	b, _ := os.ReadFile(wlog)
 	if code != 125 && code != 75 {
 		t.Errorf("the waiter exited %d with its cluster gone, want 125 or 75\n%s", code, b)
 	}
