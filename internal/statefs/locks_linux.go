@@ -17,9 +17,13 @@ const procLocks = "/proc/locks"
 // it shows none. Reading the table takes no lock, so, unlike ProbeFD, it
 // never makes anyone's LOCK_NB attempt fail. The table is not the whole
 // truth: the kernel leaves out locks whose owner is not visible in the
-// pid namespace of this /proc (and those whose taker has exited while
-// another process keeps the descriptor), so 0 means "none that this
-// process can see", and callers that need certainty use a lock.
+// pid namespace of this /proc, and names a file by its real inode's
+// device, which on an overlay whose upper layer is another file system is
+// not the st_dev fstat gives (review5); a lock whose taker has exited
+// while another process keeps the descriptor is shown with the dead
+// taker's pid. So 0 means "none that this process can see", a pid need
+// not be the process that holds the lock now, and callers that need
+// certainty use a lock.
 func FlockHolder(fd int) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

@@ -66,7 +66,7 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 	}
 	var held bool
 	if guardHolder != "" {
-		held, err = unguardedLive(kd)
+		held, err = unguardedLive(kd, rec.Holder != nil)
 	} else {
 		held, err = kd.ProbeLock(liveFile)
 	}

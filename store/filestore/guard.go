@@ -55,8 +55,8 @@ func stuckGuard(ctx context.Context, err error) string {
 }
 
 // lockHolder says who holds the exclusive flock on the file open as fd,
-// as far as /proc shows: "pid N (stopped)" or "pid N (running)", or that
-// it cannot tell.
+// as far as /proc shows: "pid N (stopped)", "(running)", "(sleeping)"...,
+// or that it cannot tell.
 func lockHolder(fd int) string {
 	pid, err := statefs.FlockHolder(fd)
 	if err != nil || pid == 0 {
@@ -83,8 +83,10 @@ func procRunState(pid int) string {
 		return "in uninterruptible sleep"
 	case 'Z':
 		return "exited, not reaped"
+	case 'R':
+		return "running"
 	}
-	return "running"
+	return "sleeping"
 }
 
 // lockGuardRead locks kd's guard shared for a reader (status, list). If it
@@ -111,10 +113,21 @@ func (s *Store) lockGuardRead(ctx context.Context, kd dir) (int, string, error) 
 // that was merely slow, is not excluded. So it reads the kernel's lock
 // table instead, which takes no lock and changes nothing anyone sees:
 // exclusivity cannot be touched by a reader that writes nothing and
-// locks nothing. The price: a holder whose lock /proc/locks does not show
-// (one in a pid namespace this /proc does not see) is reported as not
-// held, in an answer the caller marks as read without the guard.
-func unguardedLive(kd dir) (bool, error) {
+// locks nothing.
+//
+// The lock table does not show every lock: one taken in a pid namespace
+// this /proc does not see, or on a file system whose inodes it names by
+// another device than fstat does (an overlay whose upper layer is another
+// file system). Its "not held" is believed only where it shows the lock
+// the reader just waited a second for, the guard's; where it does not,
+// the record's word stands (recorded: it names a holder), so that a live
+// holder is never reported dead, its command as leftovers to be killed.
+// A stale answer then errs towards "held", in an answer the caller marks
+// as read without the guard.
+func unguardedLive(kd dir, recorded bool) (bool, error) {
+	if !lockTableShows(kd, guardFile) {
+		return recorded, nil
+	}
 	fd, err := kd.OpenFile(liveFile, unix.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
@@ -128,4 +141,16 @@ func unguardedLive(kd dir) (bool, error) {
 		return false, fmt.Errorf("filestore: read /proc/locks for %s: %w", kd.Join(liveFile), err)
 	}
 	return pid != 0, nil
+}
+
+// lockTableShows reports whether /proc/locks shows a holder of the lock on
+// name in kd.
+func lockTableShows(kd dir, name string) bool {
+	fd, err := kd.OpenFile(name, unix.O_RDONLY)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	pid, err := statefs.FlockHolder(fd)
+	return err == nil && pid != 0
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -105,5 +107,59 @@ func TestGuardHeldByStoppedProcess(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Errorf("release of the revoked lease: %v", err)
+	}
+}
+
+// On a file system whose locks /proc/locks names by another device than
+// fstat does (an overlay whose upper layer is a tmpfs: review5 found it),
+// a reader without the guard cannot see the live holder's lock in the
+// table. It must not report the key free, its live holder dead and its
+// command as leftovers: it sees that the table does not show the guard it
+// waited for either, and takes the record's word.
+func TestGuardHeldOnAnOverlay(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	d := t.TempDir()
+	lower, up, merged := filepath.Join(d, "lower"), filepath.Join(d, "up"), filepath.Join(d, "merged")
+	for _, p := range []string{lower, up, merged} {
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("none", up, "tmpfs", 0, "mode=0700"); err != nil {
+		t.Skipf("tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(up, unix.MNT_DETACH) })
+	for _, p := range []string{"u", "w"} {
+		if err := os.Mkdir(filepath.Join(up, p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("overlay", merged, "overlay", 0, "lowerdir="+lower+",upperdir="+up+"/u,workdir="+up+"/w"); err != nil {
+		t.Skipf("overlay: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(merged, unix.MNT_DETACH) })
+
+	old := guardWait
+	guardWait = 50 * time.Millisecond // not parallel: the package's seam
+	t.Cleanup(func() { guardWait = old })
+	root := filepath.Join(merged, "state")
+	s := openAt(t, root)
+	l := mustAcquire(t, s, "k", claim("a"))
+	t.Cleanup(func() { l.Release(context.Background()) })
+
+	h := spawn(t, "stopguard", root, "k")
+	h.Expect("locked")
+	t.Cleanup(func() {
+		unix.Kill(h.Pid(), unix.SIGCONT)
+		h.Kill()
+	})
+	if err := testsupport.Poll(func() bool { return procRunState(h.Pid()) == "stopped" }); err != nil {
+		t.Fatalf("helper %d never stopped: %s", h.Pid(), procRunState(h.Pid()))
+	}
+	st, err := s.Status(t.Context(), "k")
+	if err != nil || st.State != store.Held || st.Holder == nil || st.Holder.Name != "a" || len(st.Leftovers) != 0 {
+		t.Fatalf("Status on an overlay, the guard held by a stopped process: %+v, %v; want held by a, no leftovers", st, err)
 	}
 }
