@@ -51,15 +51,7 @@ func TestGuardHeldByStoppedProcess(t *testing.T) {
 	s, root := newStore(t, Options{Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info})})
 	l := mustAcquire(t, s, "k", claim("a"))
 
-	h := spawn(t, "stopguard", root, "k")
-	h.Expect("locked")
-	t.Cleanup(func() {
-		unix.Kill(h.Pid(), unix.SIGCONT)
-		h.Kill()
-	})
-	if err := testsupport.Poll(func() bool { return procRunState(h.Pid()) == "stopped" }); err != nil {
-		t.Fatalf("helper %d never stopped: %s", h.Pid(), procRunState(h.Pid()))
-	}
+	h := stoppedGuard(t, root, "k")
 	note := fmt.Sprintf("the key's guard lock is held by pid %d (stopped); read without it", h.Pid())
 
 	ctx := t.Context()
@@ -149,7 +141,18 @@ func TestGuardHeldOnAnOverlay(t *testing.T) {
 	l := mustAcquire(t, s, "k", claim("a"))
 	t.Cleanup(func() { l.Release(context.Background()) })
 
-	h := spawn(t, "stopguard", root, "k")
+	stoppedGuard(t, root, "k")
+	st, err := s.Status(t.Context(), "k")
+	if err != nil || st.State != store.Held || st.Holder == nil || st.Holder.Name != "a" || len(st.Leftovers) != 0 {
+		t.Fatalf("Status on an overlay, the guard held by a stopped process: %+v, %v; want held by a, no leftovers", st, err)
+	}
+}
+
+// stoppedGuard starts a helper process that takes key's guard in the
+// store at root and stops itself, and waits until it is stopped.
+func stoppedGuard(t *testing.T, root, key string) *testsupport.Helper {
+	t.Helper()
+	h := spawn(t, "stopguard", root, key)
 	h.Expect("locked")
 	t.Cleanup(func() {
 		unix.Kill(h.Pid(), unix.SIGCONT)
@@ -158,8 +161,5 @@ func TestGuardHeldOnAnOverlay(t *testing.T) {
 	if err := testsupport.Poll(func() bool { return procRunState(h.Pid()) == "stopped" }); err != nil {
 		t.Fatalf("helper %d never stopped: %s", h.Pid(), procRunState(h.Pid()))
 	}
-	st, err := s.Status(t.Context(), "k")
-	if err != nil || st.State != store.Held || st.Holder == nil || st.Holder.Name != "a" || len(st.Leftovers) != 0 {
-		t.Fatalf("Status on an overlay, the guard held by a stopped process: %+v, %v; want held by a, no leftovers", st, err)
-	}
+	return h
 }
