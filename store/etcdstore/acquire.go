@@ -166,6 +166,10 @@ type acquirer struct {
 	// from its send time; the grant's until the first.
 	keptMu sync.Mutex
 	kept   store.Term
+	// trouble is told by keep of every failed keep-alive: the wait reads
+	// again (take) instead of trusting its watch, which on a cluster
+	// gone as a whole neither ends nor errs (its client redials forever).
+	trouble chan struct{}
 }
 
 func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
@@ -275,6 +279,7 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 	kctx, stopKeep := context.WithCancel(ctx)
 	defer stopKeep() // not waited for: a keep-alive in flight ends with it
 	a.kept = a.term
+	a.trouble = make(chan struct{}, 1)
 	go a.keep(kctx, a.term.TTL/3)
 	s.log.Debug("waiting for the lease", "key", a.key, "lease", leaseHex(a.id))
 	for {
@@ -302,8 +307,10 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 // kept from its send time, which the take starts the holder's term from
 // (E2: the deadline counts from the send time of the last successful
 // keep-alive), so that the take sends none of its own (P7). A failed one
-// is retried after a quarter of that; a lease that is gone is left to the
-// take and the watch, which find the key gone.
+// is retried after a quarter of that, and tells the wait (trouble), whose
+// take then finds a lease that is gone, or fails on a cluster that does
+// not answer (E6: 125 naming the endpoint and the cause, after
+// --dial-timeout).
 func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 	ka := keepAlives{s: a.s, id: a.id}
 	defer ka.drop()
@@ -327,10 +334,20 @@ func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 			a.keptMu.Unlock()
 			next = every
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			a.troubled()
 			return
 		default:
+			a.troubled()
 			next = every / 4 // soon, but not a busy loop on a dead cluster
 		}
+	}
+}
+
+// troubled tells the wait that a keep-alive failed, once until it reads.
+func (a *acquirer) troubled() {
+	select {
+	case a.trouble <- struct{}{}:
+	default:
 	}
 }
 
@@ -343,18 +360,26 @@ func (a *acquirer) keptTerm() (store.Term, bool) {
 }
 
 // waitDelete returns once key is deleted after revision rev, or the watch
-// ended (the caller reads again), or ctx ended.
+// ended, or a keep-alive failed (trouble; the caller reads again), or ctx
+// ended.
 func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for wr := range a.s.c.Watch(wctx, key, clientv3.WithRev(rev+1)) {
-		if wr.Err() != nil {
-			break
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
-				stamps.Mark("etcd.wait.deleted")
-				return nil
+	wch := a.s.c.Watch(wctx, key, clientv3.WithRev(rev+1))
+watch:
+	for {
+		select {
+		case <-a.trouble:
+			return nil
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				break watch
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					stamps.Mark("etcd.wait.deleted")
+					return nil
+				}
 			}
 		}
 	}
