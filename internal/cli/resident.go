@@ -15,7 +15,7 @@ import (
 // key, a busy role is not waited for unless --wait is given (R5, R8): a
 // second instance of a worker is usually a mistake to report, a standby a
 // decision to state.
-func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Claim, path string) (store.Lease, error) {
+func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Claim, path string, report *waitReport) (store.Lease, error) {
 	if r.Build != "" {
 		path = r.Build
 	}
@@ -31,13 +31,7 @@ func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Cl
 		NoHandover: r.NoHandover, HandoverWait: r.HandoverWait, Logger: g.log,
 	})
 	if err != nil {
-		return nil, r.notAcquired(err, func() *store.Holder {
-			st, _ := resident.Status(r.Resident)
-			if st == nil {
-				return nil
-			}
-			return st.Holder
-		})
+		return nil, r.notAcquired(err, func() *store.Holder { return report.gaveUpOn() })
 	}
 	if refusal != nil {
 		return nil, fenced.NotAcquiredf("%s", refusal)

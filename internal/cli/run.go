@@ -343,11 +343,11 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 		err   error
 	)
 	if r.Resident != "" {
-		report.status = func() (*store.Status, error) { return resident.Status(r.Resident) }
+		report.status = func(context.Context) (*store.Status, error) { return resident.Status(r.Resident) }
 		if !w.None() {
 			startWaitReport(report)
 		}
-		lease, err = r.acquireResident(ctx, g, claim, path)
+		lease, err = r.acquireResident(ctx, g, claim, path, report)
 	} else {
 		var st store.Store
 		if st, err = g.openStore(true); err != nil {
@@ -358,7 +358,7 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 			startWaitReport(report)
 		}
 		stamps.Mark("store.open")
-		lease, err = r.acquireKey(ctx, st, claim)
+		lease, err = r.acquireKey(ctx, st, claim, report)
 	}
 	stamps.Mark("store.acquired")
 	if report.stop != nil {
@@ -372,17 +372,11 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 	return lease, err
 }
 
-// acquireKey takes the lease of --key from st.
-func (r *RunCmd) acquireKey(ctx context.Context, st store.Store, claim store.Claim) (store.Lease, error) {
+// acquireKey takes the lease of --key from st; report is the wait's.
+func (r *RunCmd) acquireKey(ctx context.Context, st store.Store, claim store.Claim, report *waitReport) (store.Lease, error) {
 	lease, holder, err := st.Acquire(ctx, *r.Key, claim)
 	if err != nil {
-		return nil, r.notAcquired(err, func() *store.Holder {
-			s, serr := st.Status(context.Background(), *r.Key)
-			if serr != nil || s == nil {
-				return nil
-			}
-			return s.Holder
-		})
+		return nil, r.notAcquired(err, func() *store.Holder { return report.gaveUpOn() })
 	}
 	if lease == nil {
 		return nil, fenced.NotAcquiredf("key %s is busy: %s", *r.Key, describe(holder))

@@ -24,19 +24,21 @@ import (
 // that the store's contract knows nothing of it; an acquisition that is
 // not kept waiting ends before its first read and costs nothing.
 type waitReport struct {
-	what   string                        // "deploy:staging", "the resident role of /srv/app/app.db"
-	status func() (*store.Status, error) // the key's or role's
+	what   string                                       // "deploy:staging", "the resident role of /srv/app/app.db"
+	status func(context.Context) (*store.Status, error) // the key's or role's
 	limit  duration.Wait
 	log    hclog.Logger
 	logged bool     // log the queued line (residents log their own)
 	term   *os.File // the terminal to draw the line on, or nil
 
-	start time.Time
-	stop  chan struct{}
-	done  chan struct{}
+	start  time.Time
+	stop   chan struct{}
+	done   chan struct{}
+	cancel context.CancelFunc // ends a read in flight (end)
 
 	mu     sync.Mutex
-	latest string // the last thing seen in the way, for an interruption
+	latest string        // the last thing seen in the way, for an interruption
+	holder *store.Holder // the holder last seen, for a wait that ran out
 }
 
 // firstLook is how long an acquisition may take before it counts as a
@@ -51,11 +53,13 @@ const (
 // stops it.
 func startWaitReport(w *waitReport) *waitReport {
 	w.stop, w.done = make(chan struct{}), make(chan struct{})
-	go w.run()
+	var ctx context.Context
+	ctx, w.cancel = context.WithCancel(context.Background())
+	go w.run(ctx)
 	return w
 }
 
-func (w *waitReport) run() {
+func (w *waitReport) run(ctx context.Context) {
 	defer close(w.done)
 	t := time.NewTimer(firstLook)
 	defer t.Stop()
@@ -69,7 +73,7 @@ func (w *waitReport) run() {
 			return
 		case <-t.C:
 		}
-		st, err := w.status()
+		st, err := w.status(ctx)
 		if err == nil && st != nil {
 			line := w.look(st)
 			if w.term != nil && line != "" {
@@ -117,6 +121,7 @@ func (w *waitReport) look(st *store.Status) string {
 	if pos > 0 || h != nil {
 		w.latest = in.String()
 	}
+	w.holder = h
 	w.mu.Unlock()
 	if first && w.logged {
 		args := []any{"position", pos, "waiters", len(st.Waiters)}
@@ -134,13 +139,43 @@ func (w *waitReport) look(st *store.Status) string {
 }
 
 // end stops the report, clears the line, and returns what the wait was
-// last seen waiting for ("" if it never was).
+// last seen waiting for ("" if it never was). A read in flight is not
+// waited for: it may be waiting a second for a stuck guard (filestore).
 func (w *waitReport) end() string {
 	close(w.stop)
+	w.cancel()
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.latest
+}
+
+// lastHolder is the holder the report last saw (nil if none, or if it
+// never read).
+func (w *waitReport) lastHolder() *store.Holder {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.holder
+}
+
+// closingLook bounds the status read that names the holder once a wait
+// ran out (gaveUpOn): --wait ends at its limit, and a read that would wait
+// for a stuck guard (a second in filestore) is not waited out again.
+const closingLook = 250 * time.Millisecond
+
+// gaveUpOn is the holder to name once a wait ran out: as a status read
+// now finds it, or, when that read does not answer within closingLook,
+// as the report last saw it.
+func (w *waitReport) gaveUpOn() *store.Holder {
+	ctx, cancel := context.WithTimeout(context.Background(), closingLook)
+	defer cancel()
+	if st, err := w.status(ctx); err == nil && st != nil {
+		return st.Holder
+	}
+	if w.stop == nil {
+		return nil
+	}
+	return w.lastHolder()
 }
 
 // waited is how long the wait took.
@@ -177,6 +212,6 @@ func hostname() string {
 }
 
 // statusOf reads a key's status for a waitReport.
-func statusOf(st store.Store, key string) func() (*store.Status, error) {
-	return func() (*store.Status, error) { return st.Status(context.Background(), key) }
+func statusOf(st store.Store, key string) func(context.Context) (*store.Status, error) {
+	return func(ctx context.Context) (*store.Status, error) { return st.Status(ctx, key) }
 }
