@@ -120,6 +120,11 @@ func TestEtcdInteropWithEtcdctlLock(t *testing.T) {
 	second := etcdctl(eps, "lock", "shared", "--", "sh", script, dir, "etcdctl2")
 	startLogged(t, second, dir, "etcdctl2")
 	waitContenders(t, cl, "shared", 3)
+	// list names etcdctl's holder as such, with no pid: etcd knows none.
+	list, err := onEtcd(t, eps, "list").Output()
+	if err != nil || !strings.Contains(string(list), "(etcd mutex, not fencerun)") || strings.Contains(string(list), "pid 0") {
+		t.Errorf("list with etcdctl holding: %v, want etcdctl's holder named, with no pid 0:\n%s", err, list)
+	}
 
 	// Each waits for the other: nothing starts until the one ahead ends.
 	for _, step := range []struct{ ends, starts string }{{"etcdctl1", "fencerun"}, {"fencerun", "etcdctl2"}} {

@@ -115,3 +115,46 @@ func TestGuardHolderStopped(t *testing.T) {
 	goneAtExit(t, "a's command", apids...)
 	s.noOverlap()
 }
+
+// A key whose live lock is held by a process with no record of it (its
+// record deleted by hand, or an acquirer between its lock and its first
+// write, stopped there with the guard or not): status and list call the
+// key held and name no pid, since none is known; list used to print
+// "(pid 0)". The lock's holder here is flock(1) on the real live file.
+func TestLockWithoutARecordNamesNoPid(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	if code := s.run("first", "run", "--key", "nr", "--", "true"); code != 0 {
+		t.Fatalf("first run: exit %d", code)
+	}
+	live := filepath.Join(s.state, "keys", "k-nr", "live")
+	locker := exec.Command("flock", live, "sh", "-c", `echo $$ > locker.tmp && mv locker.tmp locker.pid && exec sleep 1000`)
+	s.prepare(locker, "locker")
+	locker.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.start(locker)
+	t.Cleanup(func() {
+		_ = syscall.Kill(-locker.Process.Pid, syscall.SIGKILL)
+		_ = locker.Wait()
+	})
+	s.pids("locker.pid")
+
+	out, stderr, code := s.output("list")
+	t.Logf("list: exit %d\n%s%s", code, out, stderr)
+	row := ""
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "nr ") {
+			row = l
+		}
+	}
+	if code != 0 || !strings.Contains(row, "held") || !strings.Contains(row, "has no record") {
+		t.Errorf("list: exit %d, row %q: want nr held by a process with no record", code, row)
+	}
+	if strings.Contains(out, "pid 0") {
+		t.Errorf("list names a pid 0:\n%s", out)
+	}
+	out, stderr, code = s.output("status", "nr")
+	t.Logf("status: exit %d\n%s%s", code, out, stderr)
+	if code != 0 || strings.Contains(out, "pid 0") {
+		t.Errorf("status: exit %d, want 0 and no pid 0", code)
+	}
+}

@@ -138,7 +138,10 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 		st := v.Status
 		holder, heldFor, reason := "-", "-", ""
 		if h := st.Holder; h != nil {
-			holder = fmt.Sprintf("%s (pid %d)", h.Name, h.PID)
+			holder = h.Name
+			if h.PID != 0 { // none is known of an etcd mutex or a lock without a record
+				holder = fmt.Sprintf("%s (pid %d)", h.Name, h.PID)
+			}
 			if !h.Acquired.IsZero() { // etcd does not know when an etcdctl lock was taken
 				heldFor = now.Sub(h.Acquired).Round(time.Second).String()
 			}
