@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -27,33 +28,9 @@ func TestGuardHolderStopped(t *testing.T) {
 	s.waitHeld("job")
 
 	guard := filepath.Join(s.state, "keys", "k-job", "guard")
-	blocker := exec.Command("flock", guard, "sh", "-c", `echo $$ > blocker.tmp && mv blocker.tmp blocker.pid && exec sleep 1000`)
-	s.prepare(blocker, "blocker")
-	blocker.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	s.start(blocker)
-	bpids := append(s.pids("blocker.pid"), blocker.Process.Pid)
-	stopped := true
-	free := func() {
-		if !stopped {
-			return
-		}
-		stopped = false
-		_ = syscall.Kill(-blocker.Process.Pid, syscall.SIGKILL)
-		_ = syscall.Kill(-blocker.Process.Pid, syscall.SIGCONT)
-		_ = blocker.Wait()
-		waitGone(t, bpids...)
-	}
-	t.Cleanup(free)
-	if err := syscall.Kill(-blocker.Process.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	for _, pid := range bpids {
-		if err := waitFor(func() bool { return procState(pid) == 'T' }); err != nil {
-			t.Fatalf("guard holder %d never stopped (state %q)", pid, procState(pid))
-		}
-	}
+	blocker, free := s.stoppedGuard(guard)
 	// flock(1) took the lock: /proc/locks names it.
-	note := fmt.Sprintf("the key's guard lock is held by pid %d (stopped); read without it, the answer may be momentarily stale", blocker.Process.Pid)
+	note := fmt.Sprintf("the key's guard lock is held by pid %d (stopped); read without it, the answer may be momentarily stale", blocker)
 
 	out, stderr, code := s.output("status", "job", "--exit-code")
 	t.Logf("status, guard held by a stopped process: exit %d\n%s%s", code, out, stderr)
@@ -92,7 +69,7 @@ func TestGuardHolderStopped(t *testing.T) {
 
 	// Changes wait for the guard, and say so; a signal ends the wait.
 	cancel := s.start(s.fencerun("cancel", "cancel", "job"))
-	s.waitLog("cancel", fmt.Sprintf(`waiting for the key's guard lock: cancel goes on once it is free: path=%s held_by="pid %d (stopped)"`, guard, blocker.Process.Pid))
+	s.waitLog("cancel", fmt.Sprintf(`waiting for the key's guard lock: cancel goes on once it is free: path=%s held_by="pid %d (stopped)"`, guard, blocker))
 	if err := cancel.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -156,5 +133,77 @@ func TestLockWithoutARecordNamesNoPid(t *testing.T) {
 	t.Logf("status: exit %d\n%s%s", code, out, stderr)
 	if code != 0 || strings.Contains(out, "pid 0") {
 		t.Errorf("status: exit %d, want 0 and no pid 0", code)
+	}
+}
+
+// stoppedGuard makes flock(1) hold the guard lock file guard, stopped
+// (SIGSTOP, with its child), as a wrapper stopped inside a change of its
+// key would. It returns flock's pid (which /proc/locks names) and free,
+// which kills it and waits until it is gone; free also runs at cleanup.
+func (s *sandbox) stoppedGuard(guard string) (int, func()) {
+	t := s.t
+	t.Helper()
+	blocker := exec.Command("flock", guard, "sh", "-c", `echo $$ > blocker.tmp && mv blocker.tmp blocker.pid && exec sleep 1000`)
+	s.prepare(blocker, "blocker")
+	blocker.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.start(blocker)
+	bpids := append(s.pids("blocker.pid"), blocker.Process.Pid)
+	stopped := true
+	free := func() {
+		if !stopped {
+			return
+		}
+		stopped = false
+		_ = syscall.Kill(-blocker.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-blocker.Process.Pid, syscall.SIGCONT)
+		_ = blocker.Wait()
+		waitGone(t, bpids...)
+	}
+	t.Cleanup(free)
+	if err := syscall.Kill(-blocker.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range bpids {
+		if err := waitFor(func() bool { return procState(pid) == 'T' }); err != nil {
+			t.Fatalf("guard holder %d never stopped (state %q)", pid, procState(pid))
+		}
+	}
+	return blocker.Process.Pid, free
+}
+
+// A holder whose key's guard another process holds for long (stopped)
+// says whom its own renewal waits for, once, with the words waiting
+// acquirers, cancel, prune and release --force use; before, it waited
+// without a word. (Its check and release say it the same way: "the
+// holder's check", "the holder's release".)
+func TestHolderSaysWhomItsGuardWaitIsFor(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	// TTL 3 s: a renewal is due a second after the start.
+	holder := s.start(s.fencerun("holder", "run", "--key", "hw", "--ttl", "3s", "--name", "a", "--",
+		"sh", "-c", `echo $$ > a.tmp && mv a.tmp a.pid && exec sleep 1000`))
+	apids := s.pids("a.pid")
+	s.waitHeld("hw")
+	guard := filepath.Join(s.state, "keys", "k-hw", "guard")
+	blocker, free := s.stoppedGuard(guard)
+	line := func(op string) string {
+		return fmt.Sprintf(`waiting for the key's guard lock: %s goes on once it is free: path=%s held_by="pid %d (stopped)"`, op, guard, blocker)
+	}
+	s.waitLog("holder", line("the holder's write"))
+	// The command is stopped (before the lease could expire, or at the
+	// signal); the release waits behind the renewal in flight.
+	if err := holder.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, apids...)
+	free()
+	code := exitOf(t, holder)
+	t.Logf("holder: exit %d", code)
+	if code != 76 && code != 143 {
+		t.Errorf("holder: exit %d, want 76 (its lease ran out while its renewal waited) or 143 (SIGTERM)", code)
+	}
+	b, _ := os.ReadFile(s.path("holder.log"))
+	if n := strings.Count(string(b), line("the holder's write")); n != 1 {
+		t.Errorf("the holder said %d times whom its renewal waited for, want once:\n%s", n, b)
 	}
 }

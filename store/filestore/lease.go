@@ -131,7 +131,7 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	if l.released {
 		return fmt.Errorf("%w: the lease on %q (fence %d) was released", store.ErrLost, l.key, l.fence)
 	}
-	g, err := l.kd.LockFile(ctx, guardFile, true, unix.LOCK_EX)
+	g, err := l.s.lockGuard(ctx, l.kd, true, unix.LOCK_EX, "the holder's write", nil)
 	if err != nil {
 		return err
 	}
@@ -229,7 +229,7 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 		return store.RequestNone, err
 	}
 	// Shared, so that no write in place is half done as we read.
-	g, err := l.kd.LockFile(ctx, guardFile, true, unix.LOCK_SH)
+	g, err := l.s.lockGuard(ctx, l.kd, true, unix.LOCK_SH, "the holder's check", nil)
 	if err != nil {
 		return store.RequestNone, err
 	}
@@ -280,7 +280,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.notify.stop(true)
 		l.kd.Close()
 	}()
-	g, err := l.kd.LockFile(ctx, guardFile, true, unix.LOCK_EX)
+	g, err := l.s.lockGuard(ctx, l.kd, true, unix.LOCK_EX, "the holder's release", nil)
 	if err != nil {
 		// Dropping live alone leaves our record to look like a dead
 		// holder's: the next Acquire takes it over.
