@@ -291,3 +291,29 @@ func (d Dir) ClearJunk(name string) error {
 	}
 	return nil
 }
+
+// FileID is which file a descriptor or a name was: its device and inode.
+// A caller that keeps a file open across operations (a holder's guard and
+// record) compares the ID of what it holds with that of the name, which
+// someone may have renamed, replaced or removed since it was opened.
+type FileID struct{ Dev, Ino uint64 }
+
+// IDOf is the FileID of the file open as fd (at path, for messages).
+func IDOf(fd int, path string) (FileID, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return FileID{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return FileID{Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+// Named is the FileID and size of what name in d names now, not following
+// a symlink: one fstatat, cheaper than the open and close that would find
+// out the same. A missing name gives an error that is fs.ErrNotExist.
+func (d Dir) Named(name string) (FileID, int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(d.FD, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return FileID{}, 0, fmt.Errorf("stat %s: %w", d.Join(name), err)
+	}
+	return FileID{Dev: st.Dev, Ino: st.Ino}, st.Size, nil
+}

@@ -98,7 +98,7 @@ func WriteSlotAt(fd int, path string, b []byte, off int64) error {
 // Errors name the path and the cause.
 func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) error {
 	path := d.Join(name)
-	if cur.Size == 0 || len(data) > cur.Size-slots.Header {
+	if !cur.InPlace(data) {
 		f, err := slots.Whole(data, cur.Seq+2)
 		if err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
@@ -114,10 +114,17 @@ func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) e
 	return d.writeSlotIn(fd, name, cur, data, durable)
 }
 
+// InPlace reports whether WriteSlotted over cur writes data in place, into
+// the file that held cur; if not, it makes a new file whole and renames it
+// over the name (a new inode).
+func (cur Slotted) InPlace(data []byte) bool {
+	return cur.Size != 0 && len(data) <= cur.Size-slots.Header
+}
+
 // WriteSlottedFD is WriteSlotted through fd, the file OpenSlotted opened
 // (and the caller closes): one open for a holder's read and write.
 func (d Dir) WriteSlottedFD(fd int, name string, cur Slotted, data []byte) error {
-	if cur.Size == 0 || len(data) > cur.Size-slots.Header {
+	if !cur.InPlace(data) {
 		return d.WriteSlotted(name, cur, data, false)
 	}
 	return d.writeSlotIn(fd, name, cur, data, false)
@@ -157,6 +164,17 @@ func (d Dir) OpenSlotted(name string) (fd int, s Slotted, err error) {
 	}
 	s, err = ParseSlotted(raw, d.Join(name))
 	return fd, s, err
+}
+
+// ReadSlottedFD is ReadSlotted of the file name in d open as fd (for
+// reading), size bytes long as a stat of it said: a file kept open for
+// many reads is read with one pread.
+func (d Dir) ReadSlottedFD(fd int, name string, size int64) (Slotted, error) {
+	raw, err := ReadSized(fd, d.Join(name), size)
+	if err != nil {
+		return Slotted{}, err
+	}
+	return ParseSlotted(raw, d.Join(name))
 }
 
 // ReadSlotted reads the record file name in d. A missing file gives an

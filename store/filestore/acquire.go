@@ -91,7 +91,7 @@ type busy struct {
 // locked, which it closes.
 func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, error) {
 	stamps.Mark("guard")
-	l, b, err := a.attempt()
+	l, b, err := a.attempt(g)
 	if l != nil || err != nil || !a.claim.Wait {
 		unix.Close(g)
 		return l, b.holder, err
@@ -129,7 +129,7 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 		if err == nil {
 			var g int
 			if g, err = a.s.lockGuard(ctx, a.kd, true, unix.LOCK_EX, "acquire", nil); err == nil {
-				l, b, err = a.attempt()
+				l, b, err = a.attempt(g)
 				unix.Close(g)
 			}
 		}
@@ -160,7 +160,7 @@ func waitUnlocked(ctx context.Context, d dir, name string) error {
 
 // attempt takes the lease if it is our turn and live is free. The caller
 // holds the guard exclusively. Dead waiters' entries are removed on the way.
-func (a *acquirer) attempt() (*Lease, busy, error) {
+func (a *acquirer) attempt(g int) (*Lease, busy, error) {
 	rec, cur, err := readRecord(a.kd)
 	if err != nil {
 		return nil, busy{}, err
@@ -212,7 +212,7 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 			return nil, busy{}, err
 		}
 		if !moved {
-			l, err := a.take(rec, cur, live, c)
+			l, err := a.take(rec, cur, live, c, g)
 			return l, busy{}, err
 		}
 		unix.Close(live)
@@ -238,10 +238,18 @@ func (a *acquirer) attempt() (*Lease, busy, error) {
 
 // take writes the record that makes us the holder over rec (read as cur)
 // and returns the Lease. live is open and locked, c is our claim on the
-// key (claim_linux.go); the caller holds the guard.
-func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.Claim) (*Lease, error) {
+// key (claim_linux.go); the caller holds the guard, open as g.
+func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.Claim, g int) (*Lease, error) {
 	stamps.Mark("take")
 	token, err := newToken()
+	if err != nil {
+		c.Release()
+		unix.Close(live)
+		return nil, err
+	}
+	// The guard, open for the lease's renewals until its release
+	// (Lease.lockKeptGuard): the file we hold locked, opened again by its name.
+	guard, err := keepGuard(a.kd, g)
 	if err != nil {
 		c.Release()
 		unix.Close(live)
@@ -251,6 +259,7 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 	// write can miss us.
 	n, err := listenNotify(a.kd, a.kd.FileMode())
 	if err != nil {
+		guard.close()
 		c.Release()
 		unix.Close(live)
 		return nil, err
@@ -265,6 +274,7 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		err = fmt.Errorf("%w: %s: fence %d is too near the limit: %w", store.ErrCorrupt, a.kd.Join(leaseFile), rec.Fence, fences.ErrUsedUp)
 	}
 	if err != nil {
+		guard.close()
 		n.stop(false)
 		c.Release()
 		unix.Close(live)
@@ -301,7 +311,14 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 	}
 	// The fence is durable in its reservation; the record need not be
 	// (internal/fences): one write in place.
-	if err := writeRecord(a.kd, cur, &next); err != nil {
+	err = writeRecord(a.kd, cur, &next)
+	var record keptFile
+	if err == nil {
+		// Open for the renewals too, under the guard: the file we wrote.
+		record, err = keepFile(a.kd, leaseFile, unix.O_RDWR)
+	}
+	if err != nil {
+		guard.close()
 		n.stop(false)
 		c.Release()
 		unix.Close(live)
@@ -344,6 +361,8 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		pred:    predecessor(pred, rec.Fence, a.s.mark(leftovers)),
 		changes: make(chan struct{}, 1),
 		left:    left,
+		guard:   guard,
+		record:  record,
 	}
 	l.notify = n
 	l.held = c

@@ -49,6 +49,60 @@ type Lease struct {
 	// wrote is the record this lease last wrote and its bytes (readOwn).
 	wrote     record
 	wroteData []byte
+	// The key's guard and record as the lease was taken under them, kept
+	// open from its first write to its release: a renewal is a flock, a
+	// pread and a pwrite on them, and a stat of each name (stillThere).
+	guard, record keptFile
+	// held: the key directory and live as open, looked at once (stillThere).
+	heldDir, heldLive statefs.FileID
+	heldKnown         bool
+}
+
+// keptFile is a file of the key's directory that a lease keeps open for
+// its writes, from its take to its release: fd, and id, which file it is
+// (the one the lease was taken under, or last wrote whole itself). Open,
+// it cannot be freed, so no other file can come to have its id.
+type keptFile struct {
+	fd int // -1: closed (a record the lease is rewriting whole)
+	id statefs.FileID
+}
+
+// keepFile opens name in kd with flags to keep it.
+func keepFile(kd dir, name string, flags int) (keptFile, error) {
+	fd, err := kd.OpenFile(name, flags)
+	if err != nil {
+		return keptFile{fd: -1}, err
+	}
+	id, err := statefs.IDOf(fd, kd.Join(name))
+	if err != nil {
+		unix.Close(fd)
+		return keptFile{fd: -1}, err
+	}
+	return keptFile{fd: fd, id: id}, nil
+}
+
+// keepGuard opens the guard of kd, held locked as g, again by its name to
+// keep it (a descriptor of its own, which g's close does not unlock). If
+// the name is not g's file any more, it was replaced while we took the
+// lease: an error, before anything was written.
+func keepGuard(kd dir, g int) (keptFile, error) {
+	held, err := statefs.IDOf(g, kd.Join(guardFile))
+	if err != nil {
+		return keptFile{fd: -1}, err
+	}
+	f, err := keepFile(kd, guardFile, unix.O_RDONLY)
+	if err == nil && f.id != held {
+		f.close()
+		err = fmt.Errorf("%w: the guard lock file %s was replaced while the lease was being taken", store.ErrUnsafe, kd.Join(guardFile))
+	}
+	return f, err
+}
+
+func (f *keptFile) close() {
+	if f.fd >= 0 {
+		unix.Close(f.fd)
+		f.fd = -1
+	}
 }
 
 var _ store.Lease = (*Lease)(nil)
@@ -124,29 +178,28 @@ func (l *Lease) Tick(ctx context.Context, t time.Time) error {
 
 // update is the compare-and-swap every holder write goes through: under
 // the guard, the record must still carry this lease's token and the
-// version it last wrote.
+// version it last wrote. It works on the guard and record kept open for
+// the hold (lockKeptGuard, readKept): one flock, one pread, one pwrite and
+// their checks, no open or close (P4).
 func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released {
 		return fmt.Errorf("%w: the lease on %q (fence %d) was released", store.ErrLost, l.key, l.fence)
 	}
-	g, err := l.s.lockGuard(ctx, l.kd, true, unix.LOCK_EX, "the holder's write", nil)
+	unlock, err := l.lockKeptGuard(ctx)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(g)
-	// One open of the record for its read and its write.
-	fd, f, err := l.kd.OpenSlotted(leaseFile)
-	if fd >= 0 {
-		defer unix.Close(fd)
+	defer unlock()
+	// Only now, with the guard held: the names are checked under it.
+	size, err := l.stillThere()
+	if err != nil {
+		return err // moved, replaced or deleted: never write a record nobody reads
 	}
-	rec, cur, err := l.recordOf(f, err)
+	rec, cur, err := l.readKept(size)
 	if err := l.owns(rec, err); err != nil {
 		return err
-	}
-	if err := l.stillThere(); err != nil {
-		return err // moved or deleted: never write a record nobody reads
 	}
 	change(&rec)
 	if c := l.cmd; c != nil {
@@ -156,10 +209,17 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	rec.Version++
 	data := rec.marshal()
 	l.wroteData = nil
-	if fd < 0 {
-		err = l.kd.WriteSlotted(leaseFile, cur, data, false)
-	} else {
-		err = l.kd.WriteSlottedFD(fd, leaseFile, cur, data)
+	inPlace := cur.InPlace(data)
+	err = l.kd.WriteSlottedFD(l.record.fd, leaseFile, cur, data)
+	if !inPlace {
+		// Made whole under a new inode (WriteAtomic), or left as it was
+		// if that failed: which file the name is now is the lease's own.
+		l.record.close()
+		id, _, nerr := l.kd.Named(leaseFile)
+		if nerr != nil {
+			return errors.Join(err, nerr)
+		}
+		l.record.id = id
 	}
 	if err != nil {
 		// A write cut short may still have landed whole, where the bytes
@@ -171,6 +231,66 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	l.version = rec.Version
 	l.wrote, l.wroteData = rec.clone(), data
 	return nil
+}
+
+// lockKeptGuard takes the key's guard exclusively on the descriptor l keeps
+// for it and returns what unlocks it. The
+// guard must be the file the lease was taken under (l.guard.id); that it
+// still is the one named guard, which every other writer of the record
+// locks, the caller checks once it holds the lock (stillThere): a kept
+// descriptor of a guard since replaced or unlinked would exclude nobody.
+// While someone else holds the guard (an acquirer, a reader, release
+// --force, for microseconds) it waits on a descriptor of its own, which
+// the wait leaves behind if ctx ends first, and says whom it waits for
+// after a second (Store.lockGuard).
+func (l *Lease) lockKeptGuard(ctx context.Context) (func(), error) {
+	switch err := unix.Flock(l.guard.fd, unix.LOCK_EX|unix.LOCK_NB); err {
+	case nil:
+		return func() { unix.Flock(l.guard.fd, unix.LOCK_UN) }, nil
+	case unix.EWOULDBLOCK:
+	default:
+		return nil, fmt.Errorf("filestore: lock %s: %w", l.kd.Join(guardFile), err)
+	}
+	g, err := l.s.lockGuard(ctx, l.kd, false, unix.LOCK_EX, "the holder's write", nil)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, l.guardGone(err)
+		}
+		return nil, err
+	}
+	if id, err := statefs.IDOf(g, l.kd.Join(guardFile)); err != nil || id != l.guard.id {
+		unix.Close(g)
+		return nil, l.guardGone(err)
+	}
+	return func() { unix.Close(g) }, nil
+}
+
+// guardGone is the error of a lease whose guard is no longer the file it
+// was taken under (or cannot be looked at: err).
+func (l *Lease) guardGone(err error) error {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return fmt.Errorf("%w: the guard lock file %s of %q (fence %d) was moved, replaced or deleted", store.ErrLost, l.kd.Join(guardFile), l.key, l.fence)
+}
+
+// readKept is readOwn through the record's descriptor kept open for the
+// hold, size bytes long as stillThere saw it.
+func (l *Lease) readKept(size int64) (record, statefs.Slotted, error) {
+	if l.record.fd < 0 {
+		// Rewritten whole by this lease's last write: the file it wrote.
+		f, err := keepFile(l.kd, leaseFile, unix.O_RDWR)
+		if err != nil {
+			return record{}, statefs.Slotted{}, err
+		}
+		if f.id != l.record.id {
+			f.close()
+			return record{}, statefs.Slotted{}, l.recordGone(nil)
+		}
+		l.record = f
+	}
+	f, err := l.kd.ReadSlottedFD(l.record.fd, leaseFile, size)
+	return l.recordOf(f, err)
 }
 
 // readOwn is readRecord for this lease's own operations (under the guard):
@@ -225,7 +345,7 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 	if l.released {
 		return store.RequestNone, fmt.Errorf("%w: the lease on %q (fence %d) was released", store.ErrLost, l.key, l.fence)
 	}
-	if err := l.stillThere(); err != nil {
+	if _, err := l.stillThere(); err != nil {
 		return store.RequestNone, err
 	}
 	// Shared, so that no write in place is half done as we read.
@@ -278,6 +398,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	close(l.unwatch)
 	defer func() {
 		l.notify.stop(true)
+		l.guard.close()
+		l.record.close()
 		l.kd.Close()
 	}()
 	g, err := l.s.lockGuard(ctx, l.kd, true, unix.LOCK_EX, "the holder's release", nil)

@@ -3,7 +3,9 @@ package filestore
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -73,24 +75,50 @@ func (s *Store) claim(key string) (c *unixsock.Claim, held bool, err error) {
 }
 
 // stillThere says, in an error wrapping store.ErrLost, when the key
-// directory's path no longer names the directory open as l.kd, or live in
-// it is no longer the file l holds locked.
-func (l *Lease) stillThere() error {
+// directory's path no longer names the directory open as l.kd, live in it
+// is no longer the file l holds locked, or guard or lease in it is no
+// longer the file the lease was taken under (or last wrote whole): a
+// guard replaced or unlinked would no longer exclude the next writer
+// from a renewal on the one kept open (lockKeptGuard), and a record replaced
+// is one only a revocation writes whole under the holder. Otherwise it
+// returns the record's size, which its read needs. What l holds open is
+// looked at once; each name is a stat.
+func (l *Lease) stillThere() (int64, error) {
 	path := filepath.Join(l.s.root, "keys", encodeKey(l.key))
-	var held, named unix.Stat_t
-	if err := unix.Fstat(l.kd.FD, &held); err != nil {
-		return fmt.Errorf("filestore: stat %s: %w", path, err)
+	if !l.heldKnown {
+		var err error
+		if l.heldDir, err = statefs.IDOf(l.kd.FD, path); err != nil {
+			return 0, fmt.Errorf("filestore: %w", err)
+		}
+		if l.heldLive, err = statefs.IDOf(l.live, l.kd.Join(liveFile)); err != nil {
+			return 0, fmt.Errorf("filestore: %w", err)
+		}
+		l.heldKnown = true
 	}
-	if err := unix.Stat(path, &named); err != nil || named.Dev != held.Dev || named.Ino != held.Ino {
-		return fmt.Errorf("%w: the key directory %s of %q (fence %d) was moved or deleted", store.ErrLost, path, l.key, l.fence)
+	var named unix.Stat_t
+	if err := unix.Stat(path, &named); err != nil || (statefs.FileID{Dev: named.Dev, Ino: named.Ino}) != l.heldDir {
+		return 0, fmt.Errorf("%w: the key directory %s of %q (fence %d) was moved or deleted", store.ErrLost, path, l.key, l.fence)
 	}
-	if err := unix.Fstat(l.live, &held); err != nil {
-		return fmt.Errorf("filestore: stat %s: %w", l.kd.Join(liveFile), err)
+	if id, _, err := l.kd.Named(liveFile); err != nil || id != l.heldLive {
+		return 0, fmt.Errorf("%w: the lock file %s of %q (fence %d) was moved or deleted", store.ErrLost, l.kd.Join(liveFile), l.key, l.fence)
 	}
-	if err := unix.Fstatat(l.kd.FD, liveFile, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || named.Ino != held.Ino {
-		return fmt.Errorf("%w: the lock file %s of %q (fence %d) was moved or deleted", store.ErrLost, l.kd.Join(liveFile), l.key, l.fence)
+	if id, _, err := l.kd.Named(guardFile); err != nil || id != l.guard.id {
+		return 0, l.guardGone(nil)
 	}
-	return nil
+	id, size, err := l.kd.Named(leaseFile)
+	if err != nil || id != l.record.id {
+		return 0, l.recordGone(nil)
+	}
+	return size, nil
+}
+
+// recordGone is the error of a lease whose record is no longer the file
+// it was taken under or last wrote whole (or cannot be looked at: err).
+func (l *Lease) recordGone(err error) error {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return fmt.Errorf("%w: the lease record %s of %q (fence %d) was replaced or deleted", store.ErrLost, l.kd.Join(leaseFile), l.key, l.fence)
 }
 
 // watchPath pokes l.changes once the key's files are moved or deleted,
@@ -115,7 +143,7 @@ func (l *Lease) watchPath(stop <-chan struct{}) {
 		l.mu.Lock()
 		err := error(nil)
 		if !l.released {
-			err = l.stillThere()
+			_, err = l.stillThere()
 		}
 		l.mu.Unlock()
 		if err != nil {

@@ -1,0 +1,92 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// S9: a holder keeps its key's guard and record open for its renewals;
+// when either is unlinked or replaced under it (a cleanup script, a
+// restore of a copy), it loses its fence within a second and exits 76,
+// and a newcomer started after the change does not start its command
+// while the holder's tree lives (it waits on live, which the holder still
+// holds). The commands hold flock(1) on one file without waiting: an
+// overlap would make the newcomer's flock fail.
+func TestGuardOrRecordReplacedNoOverlap(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, file, log, ttl string
+		replace              bool
+	}{
+		{"guard unlinked", "guard", "guard lock file", "3s", false},
+		{"guard replaced", "guard", "guard lock file", "3s", true},
+		{"record replaced", "lease", "lease record", "3s", true},
+		// Renewed every 10s: the one-second path check sees it.
+		{"record replaced, default TTL", "lease", "lease record", "30s", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSandbox(t)
+			excl := s.path("excl")
+			holder := s.start(s.fencerun("holder", "run", "--key", "job", "--ttl", tc.ttl, "--grace", "2s", "--",
+				"flock", "-n", excl, "sh", "-c", `trap "" TERM; echo $$ > pids.tmp && mv pids.tmp pids; exec sleep 1000`))
+			pids := s.pids("pids")
+			s.waitHeld("job")
+
+			path := filepath.Join(s.state, "keys", "k-job", tc.file)
+			changed := time.Now()
+			if tc.replace {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path+".copy", data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(path+".copy", path); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			second := s.start(s.fencerun("second", "run", "--key", "job", "--",
+				"flock", "-n", excl, "sh", "-c", "touch second-ran"))
+			took := s.lostWithoutOverlap(holder, second, pids, changed, "its "+tc.file+" was changed")
+			t.Logf("holder exited %v after the change", took)
+			if b, _ := os.ReadFile(s.path("holder.log")); !strings.Contains(string(b), tc.log) {
+				t.Errorf("the holder's log does not name the %s:\n%s", tc.log, b)
+			}
+		})
+	}
+}
+
+// lostWithoutOverlap checks the end of a holder whose state was changed
+// under it at changed (what, for messages): it exits 76 and its tree (pids)
+// goes, and only then does second, a newcomer whose command is `flock -n`
+// on the holder's command's file and `touch second-ran`, run its command
+// and exit 0. It returns how long after changed the holder exited, which
+// must be within a second (a renewal or the path check) plus the holder's
+// 2s grace for a command that ignores TERM: 5s is that with margin.
+func (s *sandbox) lostWithoutOverlap(holder, second *exec.Cmd, pids []int, changed time.Time, what string) time.Duration {
+	t := s.t
+	t.Helper()
+	if code := exitOf(t, holder); code != 76 {
+		t.Errorf("holder whose %s: exit %d, want 76", what, code)
+	}
+	took := time.Since(changed)
+	waitGone(t, pids...)
+	if code := exitOf(t, second); code != 0 {
+		t.Fatalf("newcomer: exit %d, want 0 (1: its flock found the holder's command still running)", code)
+	}
+	if _, err := os.Stat(s.path("second-ran")); err != nil {
+		t.Fatal("the newcomer's command never ran")
+	}
+	if took > 5*time.Second {
+		t.Errorf("the holder took %v to stop after %s", took, what)
+	}
+	return took
+}
