@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -81,9 +82,9 @@ type Config struct {
 	// NotStarted; what was prepared is then Start's to clean up.
 	Start func(lease store.Lease, prep Prepared) (Process, error)
 	// StopLeftovers stops, to the end, the trees dead predecessors left
-	// running on this host. elsewhere reports trees on other hosts, left
+	// running on this host. elsewhere are the trees on other hosts, left
 	// for a fencerun there.
-	StopLeftovers func(ctx context.Context, trees []store.Leftover) (elsewhere bool, err error)
+	StopLeftovers func(ctx context.Context, trees []store.Leftover) (elsewhere []store.Leftover, err error)
 	// Signals are the signals fencerun catches (S7), already subscribed
 	// by the caller so that none is lost before Run: those it forwards,
 	// and the Fatal ones.
@@ -406,11 +407,15 @@ func stopLeftovers(ctx context.Context, cfg *Config, lease store.Lease, log hclo
 	if err != nil {
 		return err
 	}
-	if elsewhere {
+	if len(elsewhere) > 0 {
 		// Only a fencerun on that host can stop them (E5): they stay
-		// recorded for it.
-		log.Warn("a dead holder's leftovers run on another host; they are left to a fencerun there")
-		return nil
+		// recorded for it (LeftoversStopped forgets this host's only),
+		// and they do not keep this host's from being forgotten.
+		var on []string
+		for _, t := range elsewhere {
+			on = append(on, fmt.Sprintf("pid %d on %s", t.HolderPID, store.Printable(t.Host)))
+		}
+		log.Warn("dead holders' leftovers may run on another host; they are left to a fencerun there (prune there stops them)", "holders", strings.Join(on, ", "))
 	}
 	if err := lease.LeftoversStopped(ctx); err != nil {
 		log.Warn("could not record that the leftovers are gone; the next holder will look again", "error", err)

@@ -156,7 +156,7 @@ func newHarness() *harness {
 			close(h.started)
 			return h.proc, nil
 		},
-		StopLeftovers: func(context.Context, []store.Leftover) (bool, error) { return false, nil },
+		StopLeftovers: func(context.Context, []store.Leftover) ([]store.Leftover, error) { return nil, nil },
 		Signals:       h.signals,
 		TTL:           ttl, Grace: grace, Clock: clock,
 	}
@@ -315,12 +315,12 @@ func TestSignalBeforeStart(t *testing.T) {
 	h := newHarness()
 	h.lease.pred = &store.Holder{PID: 99, Marker: "FENCERUN_TICK=@old"}
 	stopping, finish := make(chan string), make(chan struct{})
-	h.cfg.StopLeftovers = func(_ context.Context, trees []store.Leftover) (bool, error) {
+	h.cfg.StopLeftovers = func(_ context.Context, trees []store.Leftover) ([]store.Leftover, error) {
 		for _, t := range trees {
 			stopping <- t.Marker
 		}
 		<-finish
-		return false, nil
+		return nil, nil
 	}
 	h.run()
 	if m := testsupport.Recv(t, stopping, "the leftovers' stop"); m != "FENCERUN_TICK=@old" {
@@ -479,8 +479,8 @@ func TestNotAcquired(t *testing.T) {
 func TestLeftoversFail(t *testing.T) {
 	h := newHarness()
 	h.lease.pred = &store.Holder{PID: 99, Leftovers: []store.Leftover{{Marker: "a"}, {Marker: "b"}}}
-	h.cfg.StopLeftovers = func(context.Context, []store.Leftover) (bool, error) {
-		return false, errors.New("not ours")
+	h.cfg.StopLeftovers = func(context.Context, []store.Leftover) ([]store.Leftover, error) {
+		return nil, errors.New("not ours")
 	}
 	o := h.run().outcome(t)
 	if o.End != fenced.Failed || o.Err == nil {
@@ -544,20 +544,25 @@ func (f *fakeTicks) Serve(owns func(int) bool, _ <-chan struct{}, onTick func(ti
 
 func (f *fakeTicks) Close() error { close(f.closed); return nil }
 
-// Leftovers on another host are left to a fencerun there: they stay
-// recorded, and the command starts.
+// Leftovers on another host are left to a fencerun there, and do not
+// keep this host's stopped ones from being recorded gone: the lease is
+// told (LeftoversStopped forgets this host's only), and the command
+// starts.
 func TestLeftoversElsewhere(t *testing.T) {
 	h := newHarness()
-	h.lease.pred = &store.Holder{PID: 99, Leftovers: []store.Leftover{{Host: "elsewhere", Marker: "m"}}}
-	h.cfg.StopLeftovers = func(context.Context, []store.Leftover) (bool, error) { return true, nil }
+	elsewhere := store.Leftover{Host: "elsewhere", Marker: "m"}
+	h.lease.pred = &store.Holder{PID: 99, Leftovers: []store.Leftover{elsewhere, {Marker: "here"}}}
+	h.cfg.StopLeftovers = func(context.Context, []store.Leftover) ([]store.Leftover, error) {
+		return []store.Leftover{elsewhere}, nil
+	}
 	h.run()
 	testsupport.Recv(t, h.started, "the start")
 	h.proc.exit <- supervisor.Status{}
 	if o := h.outcome(t); o.End != fenced.Exited {
 		t.Fatalf("outcome = %+v, want Exited", o)
 	}
-	if h.lease.stopped.Load() {
-		t.Error("leftovers on another host recorded as gone")
+	if !h.lease.stopped.Load() {
+		t.Error("this host's leftovers not recorded as gone beside another host's")
 	}
 }
 
@@ -602,9 +607,9 @@ func TestSignalAsTheLeaseIsTaken(t *testing.T) {
 	h := newHarness()
 	h.lease.pred = &store.Holder{PID: 99, Marker: "m"}
 	stopped := make(chan struct{}, 1)
-	h.cfg.StopLeftovers = func(context.Context, []store.Leftover) (bool, error) {
+	h.cfg.StopLeftovers = func(context.Context, []store.Leftover) ([]store.Leftover, error) {
 		stopped <- struct{}{}
-		return false, nil
+		return nil, nil
 	}
 	waiting := make(chan struct{})
 	h.cfg.Acquire = func(ctx context.Context) (store.Lease, error) {

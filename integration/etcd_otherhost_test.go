@@ -10,8 +10,62 @@ import (
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
 )
+
+// forged is a cluster on which a test puts leftover records by hand, as
+// other hosts (which this one has not) and dead holders would leave them.
+type forged struct {
+	t    *testing.T
+	c    *etcdtest.Cluster
+	cl   *clientv3.Client
+	host string // this host's name
+	dead int    // a pid that is gone
+}
+
+func newForged(t *testing.T) *forged {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	return &forged{t: t, c: c, cl: c.Client(), host: host, dead: dead.Process.Pid}
+}
+
+func (f *forged) put(key string, r map[string]any) {
+	f.t.Helper()
+	b, _ := json.Marshal(r)
+	if _, err := f.cl.Put(context.Background(), key, string(b)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *forged) count(key string) int64 {
+	f.t.Helper()
+	resp, err := f.cl.Get(context.Background(), key)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// run runs a command under key at the default log level, and returns its
+// log.
+func (f *forged) run(key string) string {
+	f.t.Helper()
+	r := onEtcd(f.t, f.c.Endpoints(), "run", "--key", key, "--", "true")
+	r.Env = slices.DeleteFunc(r.Env, func(kv string) bool { return strings.HasPrefix(kv, "FENCERUN_LOG_LEVEL=") })
+	log := startLogged(f.t, r, f.t.TempDir(), "run")
+	err := r.Wait()
+	out, _ := os.ReadFile(log)
+	if err != nil {
+		f.t.Fatalf("run: %v\n%s", err, out)
+	}
+	return string(out)
+}
 
 // A queued leftover record of another host (its waiter killed in its
 // queue there: forged here, as this host has no other) neither makes a
@@ -19,46 +73,56 @@ import (
 // run on another host, nor keeps this host's dead holder's record from
 // being deleted once its tree is known gone; the other host's stays.
 func TestEtcdOtherHostsQueuedRecordIsQuiet(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cl := c.Client()
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Fatal(err)
-	}
-	host, _ := os.Hostname()
-	put := func(key string, r map[string]any) {
-		t.Helper()
-		b, _ := json.Marshal(r)
-		if _, err := cl.Put(context.Background(), key, string(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := newForged(t)
 	const elsewhere, here = "_fencerun/leftovers/oq/7001", "_fencerun/leftovers/oq/7002"
-	put(elsewhere, map[string]any{"marker": "M=elsewhere", "host": "cgclean-other-host.invalid", "name": "w", "pid": dead.Process.Pid, "fence": 9, "queued": true})
-	put(here, map[string]any{"marker": "M=here", "host": host, "name": "h", "pid": dead.Process.Pid, "fence": 5})
+	f.put(elsewhere, map[string]any{"marker": "M=elsewhere", "host": "cgclean-other-host.invalid", "name": "w", "pid": f.dead, "fence": 9, "queued": true})
+	f.put(here, map[string]any{"marker": "M=here", "host": f.host, "name": "h", "pid": f.dead, "fence": 5})
 
-	r := onEtcd(t, c.Endpoints(), "run", "--key", "oq", "--", "true")
-	r.Env = slices.DeleteFunc(r.Env, func(kv string) bool { return strings.HasPrefix(kv, "FENCERUN_LOG_LEVEL=") }) // the default level
-	log := startLogged(t, r, t.TempDir(), "run")
-	if err := r.Wait(); err != nil {
-		out, _ := os.ReadFile(log)
-		t.Fatalf("run: %v\n%s", err, out)
-	}
-	out, _ := os.ReadFile(log)
-	if strings.Contains(string(out), "another host") {
+	out := f.run("oq")
+	if strings.Contains(out, "another host") {
 		t.Errorf("the run reported another host's queued record as a dead holder's leftovers:\n%s", out)
 	}
-	count := func(key string) int64 {
-		resp, err := cl.Get(context.Background(), key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Count
-	}
-	if count(here) != 0 {
+	if f.count(here) != 0 {
 		t.Errorf("this host's dead holder's record %s is still there after the run stopped its tree:\n%s", here, out)
 	}
-	if count(elsewhere) != 1 {
+	if f.count(elsewhere) != 1 {
 		t.Errorf("another host's queued record %s was deleted here", filepath.Base(elsewhere))
+	}
+}
+
+// A confirmed dead holder's record of another host (its tree may run
+// there: forged here) is that host's to stop, and does not block this
+// one: a run here stops this host's dead holder's tree, deletes this
+// host's record and runs its command, and leaves the other host's record
+// for a fencerun there, saying so once, naming that holder and host;
+// status and list here report none of the other host's trees (nor its
+// queued records) as leftovers. Before, the run kept this host's record
+// too (fenced skipped LeftoversStopped while any tree was elsewhere), and
+// every later run here looked for its tree again.
+func TestEtcdOtherHostsDeadHolderIsLeftToThatHost(t *testing.T) {
+	f := newForged(t)
+	const other = "tidy2-other-host.invalid"
+	const confirmed, queued, here = "_fencerun/leftovers/oh/7001", "_fencerun/leftovers/oh/7003", "_fencerun/leftovers/oh/7002"
+	f.put(confirmed, map[string]any{"marker": "M=elsewhere", "host": other, "name": "e", "pid": 4242, "fence": 9})
+	f.put(queued, map[string]any{"marker": "M=queued", "host": other, "name": "q", "pid": 4243, "fence": 11, "queued": true})
+	f.put(here, map[string]any{"marker": "M=here", "host": f.host, "name": "h", "pid": f.dead, "fence": 5})
+
+	out := f.run("oh")
+	t.Logf("run:\n%s", out)
+	if f.count(here) != 0 {
+		t.Errorf("this host's dead holder's record %s is still there after the run stopped its tree", here)
+	}
+	if f.count(confirmed) != 1 || f.count(queued) != 1 {
+		t.Errorf("another host's records were deleted here: confirmed %d, queued %d", f.count(confirmed), f.count(queued))
+	}
+	if n := strings.Count(out, "pid 4242 on "+other); n != 1 || strings.Contains(out, "4243") {
+		t.Errorf("the run named the other host's dead holder %d times, want once, and never its queued record", n)
+	}
+	for _, args := range [][]string{{"status", "oh"}, {"status", "oh", "--json"}, {"list"}} {
+		b, err := onEtcd(t, f.c.Endpoints(), args...).Output()
+		t.Logf("%v: %v\n%s", args, err, b)
+		if err != nil || strings.Contains(string(b), "leftovers") {
+			t.Errorf("%v: %v, want no leftovers reported here", args, err)
+		}
 	}
 }

@@ -161,8 +161,10 @@ type Lease interface {
 	// stop: the predecessor's, and those of earlier holders whose leftovers
 	// no holder has yet confirmed gone.
 	Predecessor() *Holder
-	// LeftoversStopped records that the predecessor's leftovers are gone,
-	// so that no later holder looks for them. Until it is called, they are
+	// LeftoversStopped records that the predecessor's leftovers on this
+	// host are gone, so that no later holder looks for them; trees on
+	// other hosts stay recorded, for a fencerun there (only it can stop
+	// or count them). Until it is called, they are
 	// kept with the lease (also through Release), and a holder that dies
 	// while stopping them passes them on to the next. Safe to call beside
 	// the keeper's calls.
@@ -272,6 +274,18 @@ type Leftover struct {
 // Names reports whether l names a tree to look for: a marker, a cgroup or
 // a process group.
 func (l Leftover) Names() bool { return l.Marker != "" || l.Cgroup != "" || l.Group.ID != 0 }
+
+// OnOtherHosts is the trees of trees that run on a host other than host
+// (a tree that names no host is this host's): what LeftoversStopped keeps.
+func OnOtherHosts(trees []Leftover, host string) []Leftover {
+	var out []Leftover
+	for _, t := range trees {
+		if t.Host != "" && t.Host != host {
+			out = append(out, t)
+		}
+	}
+	return out
+}
 
 // PassOn is the leftovers a dead holder passes on to the next holder:
 // those earlier holders left that it had not confirmed stopped, then its

@@ -272,15 +272,15 @@ func OwnSession() store.ProcessID {
 
 // StopTrees stops every tree of trees that runs on this host, one after
 // the other (see StopLeftovers), and returns how many processes it found.
-// elsewhere reports trees on other hosts, left untouched: only when it is
-// false and err is nil are all of them known gone.
-func StopTrees(ctx context.Context, trees []store.Leftover, cfg StopConfig) (n int, elsewhere bool, err error) {
+// elsewhere are the trees on other hosts, left untouched: when err is nil,
+// every other one is known gone.
+func StopTrees(ctx context.Context, trees []store.Leftover, cfg StopConfig) (n int, elsewhere []store.Leftover, err error) {
 	for _, t := range trees {
 		found, err := StopLeftovers(ctx, t, cfg)
 		n += found
 		switch {
 		case errors.Is(err, ErrOtherHost):
-			elsewhere = true
+			elsewhere = append(elsewhere, t)
 		case err != nil:
 			return n, elsewhere, fmt.Errorf("stopping the leftovers of dead holder pid %d: %w", t.HolderPID, err)
 		}

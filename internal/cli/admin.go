@@ -226,8 +226,10 @@ func pruneLeftovers(ctx context.Context, backend store.Store, g *Globals) ([]sto
 			_ = lease.Release(ctx)
 			continue
 		}
-		n, elsewhere, err := supervisor.StopTrees(ctx, p.Leftovers, supervisor.StopConfig{Grace: pruneGrace, Logger: g.log.Named("supervisor")})
-		if err == nil && !elsewhere {
+		// Another host's trees stay recorded for a fencerun there
+		// (LeftoversStopped forgets this host's only).
+		n, _, err := supervisor.StopTrees(ctx, p.Leftovers, supervisor.StopConfig{Grace: pruneGrace, Logger: g.log.Named("supervisor")})
+		if err == nil {
 			err = lease.LeftoversStopped(ctx)
 		}
 		if rerr := lease.Release(ctx); err == nil {

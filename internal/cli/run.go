@@ -261,7 +261,7 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 			}
 			return p, err
 		},
-		StopLeftovers: func(ctx context.Context, trees []store.Leftover) (bool, error) {
+		StopLeftovers: func(ctx context.Context, trees []store.Leftover) ([]store.Leftover, error) {
 			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"), Clock: clock})
 			return elsewhere, err
 		},

@@ -70,7 +70,9 @@ func (s *Store) status(ctx context.Context, key string, kvs []*mvccpb.KeyValue) 
 }
 
 // leftovers fills st.Leftovers from the key's leftover records, except
-// those of live contenders (the holder's own, and its waiters').
+// those of live contenders (the holder's own, and its waiters') and
+// another host's queued ones, which are no dead holder's leftovers here
+// either (see predecessor).
 func (s *Store) leftovers(ctx context.Context, st *store.Status, live map[string]bool) error {
 	octx, cancel := s.op(ctx)
 	defer cancel()
@@ -79,7 +81,7 @@ func (s *Store) leftovers(ctx context.Context, st *store.Status, live map[string
 		return s.fail("read leftovers of "+st.Key, err)
 	}
 	for _, kv := range resp.Kvs {
-		if r, ok := parseLeftover(kv); ok && !live[string(kv.Key)] && isLeftoverOf(st.Key, kv.Key) {
+		if r, ok := parseLeftover(kv); ok && !live[string(kv.Key)] && isLeftoverOf(st.Key, kv.Key) && (!r.Queued || r.Host == s.host) {
 			st.Leftovers = append(st.Leftovers, bound(r, s.host).tree())
 		}
 	}

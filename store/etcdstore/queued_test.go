@@ -253,7 +253,11 @@ func TestQueuedRecordOfAnotherHost(t *testing.T) {
 		t.Error("another host's queued record was deleted here")
 	}
 
-	// Only another host's queued record: no predecessor at all.
+	// Only another host's queued record: no leftovers in status, no
+	// predecessor at all.
+	if st, err := s.Status(t.Context(), "oh"); err != nil || len(st.Leftovers) != 0 {
+		t.Errorf("status with another host's queued record alone: %+v, %v; want no leftovers", st, err)
+	}
 	l = acquireNow(t, s, "oh", store.Claim{Name: "t"})
 	if p := l.Predecessor(); p != nil {
 		t.Errorf("predecessor %+v from another host's queued record alone: want none", p)

@@ -322,11 +322,12 @@ func TestLeftoversArePassedOnUntilConfirmed(t *testing.T) {
 	}
 	defer s.Close()
 	takeFence(t, s, "k")
-	// A dead holder (nobody holds live) that was itself still stopping an
-	// earlier holder's leftovers.
-	slottedState(t, s, "k", leaseFile, `{"schema":1,"fence":1,"version":2,"token":"00112233445566778899aabbccddeeff",`+
-		`"holder":{"name":"b","pid":999999,"host":"h","marker":"M-b","acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:30Z"},`+
-		`"trees":[{"holder_pid":999998,"host":"h","marker":"M-a"}]}`)
+	// A dead holder (nobody holds live) of this host that was itself
+	// still stopping an earlier holder's leftovers here, and a tree of
+	// another host, which only a fencerun there can confirm gone.
+	slottedState(t, s, "k", leaseFile, fmt.Sprintf(`{"schema":1,"fence":1,"version":2,"token":"00112233445566778899aabbccddeeff",`+
+		`"holder":{"name":"b","pid":999999,"host":%[1]q,"marker":"M-b","acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:30Z"},`+
+		`"trees":[{"holder_pid":999997,"host":"tidy2-other-host.invalid","marker":"M-o"},{"holder_pid":999998,"host":%[1]q,"marker":"M-a"}]}`, s.host))
 	acquire := func() store.Lease {
 		t.Helper()
 		l, h, err := s.Acquire(context.Background(), "k", store.Claim{Name: "t", TTL: time.Minute})
@@ -337,16 +338,27 @@ func TestLeftoversArePassedOnUntilConfirmed(t *testing.T) {
 	}
 	l := acquire()
 	p := l.Predecessor()
-	if p == nil || strings.Join(markers(p), ",") != "M-a,M-b" {
-		t.Fatalf("predecessor %+v, want leftovers M-a and M-b", p)
+	if p == nil || strings.Join(markers(p), ",") != "M-o,M-a,M-b" {
+		t.Fatalf("predecessor %+v, want leftovers M-o, M-a and M-b", p)
 	}
 	// Released without confirming: the next holder must still stop them.
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	l = acquire()
-	if p := l.Predecessor(); p == nil || strings.Join(markers(p), ",") != "M-a,M-b" {
-		t.Fatalf("after an unconfirmed release: predecessor %+v, want leftovers M-a and M-b", p)
+	if p := l.Predecessor(); p == nil || strings.Join(markers(p), ",") != "M-o,M-a,M-b" {
+		t.Fatalf("after an unconfirmed release: predecessor %+v, want leftovers M-o, M-a and M-b", p)
+	}
+	if err := l.LeftoversStopped(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// This host's are forgotten; the other host's stays, for it.
+	l = acquire()
+	if p := l.Predecessor(); p == nil || strings.Join(markers(p), ",") != "M-o" {
+		t.Fatalf("after this host's leftovers were confirmed gone: predecessor %+v, want only the other host's M-o", p)
 	}
 	if err := l.LeftoversStopped(context.Background()); err != nil {
 		t.Fatal(err)
@@ -356,8 +368,8 @@ func TestLeftoversArePassedOnUntilConfirmed(t *testing.T) {
 	}
 	l = acquire()
 	defer l.Release(context.Background())
-	if p := l.Predecessor(); p != nil {
-		t.Fatalf("after the leftovers were confirmed gone: predecessor %+v, want none", p)
+	if p := l.Predecessor(); p == nil || strings.Join(markers(p), ",") != "M-o" {
+		t.Fatalf("another host's leftovers after a second confirmation here: predecessor %+v, want M-o still", p)
 	}
 }
 

@@ -124,7 +124,7 @@ func copyHolder(h *store.Holder) *store.Holder {
 
 // LeftoversStopped forgets the predecessors' leftovers (see store.Lease).
 func (l *Lease) LeftoversStopped(ctx context.Context) error {
-	return l.update(ctx, func(r *record) { r.Leftovers = nil })
+	return l.update(ctx, func(r *record) { r.Leftovers = store.OnOtherHosts(r.Leftovers, l.s.host) })
 }
 
 // SetCommand records the command's group and session (see store.Lease).
