@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -365,23 +366,32 @@ func (a *acquirer) keptTerm() (store.Term, bool) {
 func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := a.s.c.Watch(wctx, key, clientv3.WithRev(rev+1))
-watch:
-	for {
+	// Trouble ends the watch, also one still being set up: Watch itself
+	// waits for a stream to the cluster, as long as wctx lasts.
+	var troubled atomic.Bool
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
 		select {
 		case <-a.trouble:
-			return nil
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil {
-				break watch
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					stamps.Mark("etcd.wait.deleted")
-					return nil
-				}
+			troubled.Store(true)
+			cancel()
+		case <-stop:
+		}
+	}()
+	for wr := range a.s.c.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if wr.Err() != nil {
+			break
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				stamps.Mark("etcd.wait.deleted")
+				return nil
 			}
 		}
+	}
+	if ctx.Err() == nil && troubled.Load() {
+		return nil
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))

@@ -187,6 +187,14 @@ func (s *Store) cause(err error) string {
 		return "authentication is enabled on the cluster: give --user and --password"
 	}
 	msg := rpctypes.ErrorDesc(err)
+	if strings.Contains(err.Error(), "code = Unavailable") && !strings.Contains(msg, "deadline exceeded") {
+		// The connection broke under the call (gRPC's Unavailable, "error
+		// reading from server: EOF"): say why, if the endpoints tell.
+		if probe := s.probe(); probe != "" {
+			return msg + ": " + probe
+		}
+		return msg
+	}
 	if errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "deadline exceeded") || strings.Contains(msg, "Unavailable") {
 		if probe := s.probe(); probe != "" {
 			return fmt.Sprintf("no answer within %v: %s", s.timeout, probe)
