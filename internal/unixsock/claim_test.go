@@ -114,3 +114,34 @@ func TestAClaimWithAFullBacklogIsStillTold(t *testing.T) {
 		t.Fatalf("TakeClaim with a full backlog = %v, uid %d, %v; want held by uid %d", c2, uid, err, os.Geteuid())
 	}
 }
+
+// A copy of this process's released listener that a child keeps for a
+// while is waited out, not taken for a holder: a child between fork and
+// exec keeps one until its exec, which on a loaded machine can be well
+// over 100 ms away (TestFencesStrictlyIncrease in resident was refused as
+// "a holder whose lock file was moved" so, once at load 9). The child
+// here keeps it, passed on, for 300 ms; TakeClaim waited 100 ms.
+func TestAReleasedClaimIsFreeOnceAChildsCopyIsGone(t *testing.T) {
+	name := claimName(t)
+	c, _, err := TakeClaim(name)
+	if err != nil || c == nil {
+		t.Fatalf("TakeClaim = %v, %v", c, err)
+	}
+	f, err := c.ln.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sleep", "0.3")
+	child.ExtraFiles = []*os.File{f}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Wait()
+	f.Close()
+	c.Release()
+	again, uid, err := TakeClaim(name)
+	if err != nil || again == nil {
+		t.Fatalf("TakeClaim after the release, while a child kept a copy: %v, uid %d, %v; want the claim", again, uid, err)
+	}
+	again.Release()
+}

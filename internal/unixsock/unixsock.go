@@ -222,26 +222,40 @@ type Claim struct {
 //
 // A name held only by a copy of a listener of this very process that it
 // no longer holds itself is not a holder: a child between fork and exec
-// keeps the copy (close-on-exec) for a moment after the Release. Such a
-// name is tried again for up to claimSettle, and so is one whose holder
-// cannot be told (its last descriptor closing as it exits).
+// keeps the copy (close-on-exec) after the Release, until its exec, which
+// is microseconds away on a quiet machine but may be hundreds of
+// milliseconds on a loaded one. Such a name is tried again for up to
+// ownCopySettle, and one whose holder cannot be told (its last descriptor
+// closing as it exits) for up to claimSettle.
 func TakeClaim(name string) (*Claim, int, error) {
-	deadline := time.Now().Add(claimSettle)
+	start := time.Now()
 	for {
 		c, uid, pid, err := takeClaim(name)
 		if c != nil || err != nil {
 			return c, uid, err
 		}
-		transient := uid < 0 || pid == os.Getpid() && !holding(name)
-		if !transient || time.Now().After(deadline) {
+		settle := time.Duration(0)
+		switch {
+		case pid == os.Getpid() && !holding(name):
+			settle = ownCopySettle
+		case uid < 0:
+			settle = claimSettle
+		}
+		if time.Since(start) >= settle {
 			return nil, uid, nil
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
 
-// claimSettle bounds how long TakeClaim waits out a name held for a moment.
-const claimSettle = 100 * time.Millisecond
+// claimSettle bounds how long TakeClaim waits out a name whose holder
+// cannot be told; ownCopySettle, one held only by a copy of this
+// process's own released listener, which nothing but a child's exec or
+// exit can take away (no real holder is ever waited for so).
+const (
+	claimSettle   = 100 * time.Millisecond
+	ownCopySettle = 2 * time.Second
+)
 
 func takeClaim(name string) (c *Claim, uid, pid int, err error) {
 	addr := &net.UnixAddr{Name: "@" + name, Net: "unix"}
