@@ -21,11 +21,12 @@
 //   - The fence is the holder key's create revision: strictly greater than
 //     every earlier fence of the key, across revocations, deaths and
 //     server restarts (revisions never go back).
-//   - A renewal is a KeepAliveOnce of the lease, whose Term starts just
-//     before it was sent, and then a compare that the holder key still has
-//     its create revision: a revoked lease, an expired one or a deleted
-//     key fails it with store.ErrLost. A keep-alive is not a compare-and-
-//     swap; the compare after it is what a renewal presents.
+//   - A renewal is a keep-alive of the lease (on a stream kept for the
+//     hold), whose Term starts just before it was sent, and a compare, sent
+//     with it, that the holder key still has its create revision: a revoked
+//     lease, an expired one or a deleted key fails it with store.ErrLost.
+//     It counts only when both succeed. A keep-alive is not a compare-and-
+//     swap; the compare beside it is what a renewal presents.
 //   - A revocation (release --force, etcdctl lease revoke), a deleted holder
 //     key, an expired lease and a cancel request reach the holder at once
 //     through a watch on its key and its cancel key, created with

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
@@ -38,9 +40,14 @@ type Options struct {
 	Logger      hclog.Logger // nil: discarded
 }
 
+// window is the client's gRPC flow-control window, per stream and for the
+// connection (see Open).
+const window = 4 << 20
+
 // Store is a lease store on an etcd cluster. See the package comment.
 type Store struct {
 	c       *clientv3.Client
+	kv      pb.KVClient // c's connection, without the client's request builders (Lease.compare)
 	eps     []string
 	timeout time.Duration
 	tls     *tls.Config
@@ -81,11 +88,21 @@ func Open(opts Options) (*Store, error) {
 		// by a third of the TTL, notice a dead connection, and the pings
 		// would cost a hold CPU every second (P4).
 		Logger: zap.NewNop(),
+		// Fixed flow-control windows, which turn gRPC's bandwidth-delay
+		// probe off: with it, every answer the client read (each of a
+		// renewal's) made it send a window update and a ping, and read the
+		// ping's answer, one more write and wake-up a renewal (P4 on etcd:
+		// docs/DESIGN.md). A window bounds only how much the server may send
+		// ahead of the reader: 4 MiB, 64 times gRPC's initial one, is more
+		// than any answer of ours but a list of a very large cluster's keys,
+		// which then takes a round trip per 4 MiB.
+		DialOptions: []grpc.DialOption{grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window)},
 	})
 	if err != nil {
 		return nil, s.fail("connect", err)
 	}
 	s.c = c
+	s.kv = pb.NewKVClient(c.ActiveConnection())
 	return s, nil
 }
 

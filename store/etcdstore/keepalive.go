@@ -26,48 +26,69 @@ type keepAlives struct {
 
 // send sends one keep-alive and returns the TTL granted; a lease that is
 // gone is rpctypes.ErrLeaseNotFound.
-func (k *keepAlives) send(ctx context.Context) (int64, error) {
-	if ttl, err := k.stream(ctx); err == nil || ctx.Err() != nil {
-		return ttl, err
+func (k *keepAlives) send(ctx context.Context) (int64, error) { return k.start(ctx)() }
+
+// start sends one keep-alive and returns at once; answer waits for the
+// TTL granted (a lease that is gone: rpctypes.ErrLeaseNotFound), and is
+// called once, before the next start. Whatever the caller sends in
+// between goes out with the keep-alive and is answered with it: a
+// renewal's compare (Lease.Renew).
+func (k *keepAlives) start(ctx context.Context) (answer func() (int64, error)) {
+	recv, err := k.stream(ctx)
+	return func() (int64, error) {
+		if err == nil {
+			var ttl int64
+			if ttl, err = recv(); err == nil {
+				return ttl, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		ka, err := k.s.c.KeepAliveOnce(ctx, k.id)
+		if err != nil {
+			return 0, err
+		}
+		return ka.TTL, nil
 	}
-	ka, err := k.s.c.KeepAliveOnce(ctx, k.id)
-	if err != nil {
-		return 0, err
-	}
-	return ka.TTL, nil
 }
 
-func (k *keepAlives) stream(ctx context.Context) (int64, error) {
+// stream sends a keep-alive on the stream, opened first if need be; recv
+// reads its answer.
+func (k *keepAlives) stream(ctx context.Context) (recv func() (int64, error), err error) {
 	if k.st == nil {
 		sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(k.s.c.Ctx()))
 		st, err := pb.NewLeaseClient(k.s.c.ActiveConnection()).LeaseKeepAlive(sctx)
 		if err != nil {
 			cancel()
-			return 0, err
+			return nil, err
 		}
 		k.st, k.cancel = st, cancel
 	}
 	// The stream lives past ctx: ctx ending drops it, which ends its Recv.
-	stop := context.AfterFunc(ctx, k.cancel)
-	resp, err := k.roundTrip()
-	if !stop() {
-		err = errors.Join(ctx.Err(), err)
+	st, stop := k.st, context.AfterFunc(ctx, k.cancel)
+	failed := func(err error) error {
+		if !stop() {
+			err = errors.Join(ctx.Err(), err)
+		}
+		if err != nil {
+			k.drop()
+		}
+		return err
 	}
-	if err != nil {
-		k.drop()
-		return 0, err
+	if err := st.Send(&pb.LeaseKeepAliveRequest{ID: int64(k.id)}); err != nil {
+		return nil, failed(err)
 	}
-	if resp.TTL <= 0 {
-		return 0, rpctypes.ErrLeaseNotFound
-	}
-	return resp.TTL, nil
-}
-
-func (k *keepAlives) roundTrip() (*pb.LeaseKeepAliveResponse, error) {
-	if err := k.st.Send(&pb.LeaseKeepAliveRequest{ID: int64(k.id)}); err != nil {
-		return nil, err
-	}
-	return k.st.Recv()
+	return func() (int64, error) {
+		resp, err := st.Recv()
+		if err = failed(err); err != nil {
+			return 0, err
+		}
+		if resp.TTL <= 0 {
+			return 0, rpctypes.ErrLeaseNotFound
+		}
+		return resp.TTL, nil
+	}, nil
 }
 
 // drop closes the stream; the next send opens another.

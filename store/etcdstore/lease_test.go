@@ -43,6 +43,23 @@ func commandRecorded(t *testing.T, s *Store, l store.Lease) (pid, group int) {
 	return st.Holder.CommandPID, r.Group.ID
 }
 
+// setCommandLeftPending calls SetCommand on a lease with a cgroup, with
+// no fallback write within the test, so that only a renewal can carry the
+// record, and checks that SetCommand itself did not write it (P7).
+func setCommandLeftPending(t *testing.T, s *Store, l store.Lease, pid int) {
+	t.Helper()
+	delay := commandDelay
+	commandDelay = time.Hour
+	err := l.SetCommand(t.Context(), store.ProcessID{ID: pid, Start: 7}, store.ProcessID{})
+	commandDelay = delay
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, group := commandRecorded(t, s, l); got == pid || group == pid {
+		t.Fatalf("SetCommand with a cgroup wrote its record at once (status pid %d, recorded group %d): P7", got, group)
+	}
+}
+
 // SetCommand without a cgroup is written before it returns: a holder
 // killed the moment after leaves its process group recorded.
 func TestSetCommandWithoutCgroupIsWrittenAtOnce(t *testing.T) {
@@ -67,18 +84,7 @@ func TestSetCommandWithCgroupRidesOnTheNextWrite(t *testing.T) {
 	if _, group := commandRecorded(t, s, l); group != 0 {
 		t.Fatalf("before SetCommand the record names group %d", group)
 	}
-	// No delayed write within this test, so that only the renewal can
-	// carry the record: SetCommand itself must not write it.
-	delay := commandDelay
-	commandDelay = time.Hour
-	err := l.SetCommand(t.Context(), store.ProcessID{ID: 4242, Start: 7}, store.ProcessID{})
-	commandDelay = delay
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pid, group := commandRecorded(t, s, l); pid == 4242 || group == 4242 {
-		t.Fatalf("SetCommand with a cgroup wrote its record at once (status pid %d, recorded group %d): P7", pid, group)
-	}
+	setCommandLeftPending(t, s, l, 4242)
 	if _, err := l.Renew(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +106,35 @@ func TestSetCommandWithCgroupRidesOnTheNextWrite(t *testing.T) {
 			t.Fatalf("no write carried SetCommand's record: status pid %d, recorded group %d", pid, group)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// At a TTL up to 3 s the first renewal, due within a second, carries
+// SetCommand's record, and the fallback timer waits commandDelay past it
+// (P4 on etcd: a write of its own was 0.8 ms of a hold); the renewal that
+// carried it stops the timer. At a longer TTL the timer writes it within
+// commandDelay, as above.
+func TestSetCommandAtAShortTTLRidesOnTheFirstRenewal(t *testing.T) {
+	s, _ := newStore(t)
+	for _, c := range []struct {
+		ttl, want time.Duration
+	}{{2 * time.Second, 2*time.Second/3 + commandDelay}, {3 * time.Second, time.Second + commandDelay}, {4 * time.Second, commandDelay}, {30 * time.Second, commandDelay}} {
+		if got := (&Lease{ttl: c.ttl}).recordDelay(); got != c.want {
+			t.Errorf("TTL %v: record written after %v if nothing carries it; want %v", c.ttl, got, c.want)
+		}
+	}
+
+	claim := store.Claim{Name: "t", Marker: "M=1", Cgroup: "/sys/fs/cgroup/fencerun-test-1", TTL: 3 * time.Second}
+	l := acquireNow(t, s, "cg3", claim)
+	setCommandLeftPending(t, s, l, 4444)
+	if _, err := l.Renew(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if pid, group := commandRecorded(t, s, l); pid != 4444 || group != 4444 {
+		t.Errorf("after the first renewal: status pid %d, recorded group %d; want 4444 both", pid, group)
+	}
+	if l.(*Lease).cmdTimer.Stop() {
+		t.Error("the renewal that carried the record left its fallback timer running")
 	}
 }
 
