@@ -20,5 +20,10 @@ type Timer interface {
 	// Set arms the timer to fire at instant at (at once if at has passed),
 	// replacing any earlier setting.
 	Set(at time.Duration)
+	// SetThen is Set(at), and, unless set again meanwhile, a second firing
+	// at then (then > at): a deadline that stays armed after the first
+	// without a second call. It may fire again later, at then's distance
+	// from at.
+	SetThen(at, then time.Duration)
 	Close() error
 }

@@ -35,23 +35,36 @@ type bootTimer struct {
 }
 
 func (t *bootTimer) read() {
-	buf := make([]byte, 8)
-	for {
-		if _, err := t.f.Read(buf); err != nil {
-			// Closed, or an error that cannot be retried: either way the
-			// timer is done.
-			return
-		}
-		select {
-		case t.c <- struct{}{}:
-		default:
-		}
+	rc, err := t.f.SyscallConn()
+	if err != nil {
+		return
 	}
+	buf := make([]byte, 8)
+	// One RawRead for the timer's life: after each firing read, it waits
+	// for the poller's next word instead of reading once more to find the
+	// timer empty (EAGAIN), as a loop of Reads would: one system call a
+	// renewal less (P4). Between firings the poller's readiness is never
+	// reset, so none is missed. It returns once the timer is closed.
+	_ = rc.Read(func(fd uintptr) bool {
+		switch _, err := unix.Read(int(fd), buf); err {
+		case nil:
+			select {
+			case t.c <- struct{}{}:
+			default:
+			}
+			return false
+		case unix.EAGAIN, unix.EINTR:
+			return false
+		}
+		return true // an error that cannot be retried: the timer is done
+	})
 }
 
 func (t *bootTimer) C() <-chan struct{} { return t.c }
 
-func (t *bootTimer) Set(at time.Duration) {
+func (t *bootTimer) Set(at time.Duration) { t.SetThen(at, 0) }
+
+func (t *bootTimer) SetThen(at, then time.Duration) {
 	select {
 	case <-t.c:
 	default:
@@ -60,6 +73,9 @@ func (t *bootTimer) Set(at time.Duration) {
 		at = 1 // an all-zero it_value disarms the timer; 1ns has passed
 	}
 	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(at))}
+	if then > at {
+		spec.Interval = unix.NsecToTimespec(int64(then - at))
+	}
 	var err error
 	rc, cerr := t.f.SyscallConn()
 	if cerr == nil {

@@ -279,7 +279,8 @@ func (k *Keeper) Run(ctx context.Context) error {
 		}
 	}
 
-	var known time.Duration // the clock, read since the select returned; 0: unread
+	var known time.Duration              // the clock, read since the select returned; 0: unread
+	var armedAt, armedThen time.Duration // the timer's last setting
 	for {
 		now := known
 		if now == 0 {
@@ -320,20 +321,28 @@ func (k *Keeper) Run(ctx context.Context) error {
 				})
 			}
 		}
-		wake := expiry - k.reserve()
+		deadline := expiry - k.reserve()
+		wake, then := deadline, time.Duration(0)
 		if !inflight {
 			wake = min(wake, nextRenew)
 			if checkWanted {
 				wake = min(wake, checkAt)
 			}
+			// The operation started at wake needs the deadline next.
+			then = deadline
 		}
 		switch {
 		case resuming != nil:
-			wake = resumeBy
+			wake, then = resumeBy, 0
 		case paused:
-			wake = now + 24*time.Hour // nothing to do until Resume
+			wake, then = now+24*time.Hour, 0 // nothing to do until Resume
 		}
-		timer.Set(wake)
+		// The timer fired at armedAt and fires next at armedThen by itself:
+		// no second timerfd_settime a renewal (P4).
+		if then != 0 || wake != armedThen || now < armedAt || now >= armedThen {
+			timer.SetThen(wake, then)
+			armedAt, armedThen = wake, then
+		}
 
 		select {
 		case <-ctx.Done():

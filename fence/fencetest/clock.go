@@ -74,6 +74,9 @@ func (c *FakeClock) Advance(d time.Duration) {
 func (c *FakeClock) fireLocked(t *fakeTimer) {
 	if t.armed && t.at <= c.now {
 		t.armed = false
+		if t.then > t.at {
+			t.at, t.then, t.armed = t.then, 0, true
+		}
 		select {
 		case t.c <- struct{}{}:
 		default:
@@ -85,12 +88,15 @@ type fakeTimer struct {
 	clock *FakeClock
 	c     chan struct{}
 	at    time.Duration
+	then  time.Duration // a second firing (SetThen)
 	armed bool
 }
 
 func (t *fakeTimer) C() <-chan struct{} { return t.c }
 
-func (t *fakeTimer) Set(at time.Duration) {
+func (t *fakeTimer) Set(at time.Duration) { t.SetThen(at, 0) }
+
+func (t *fakeTimer) SetThen(at, then time.Duration) {
 	t.clock.mu.Lock()
 	defer t.clock.mu.Unlock()
 	// A new setting replaces the old one, including a firing not yet received.
@@ -98,7 +104,7 @@ func (t *fakeTimer) Set(at time.Duration) {
 	case <-t.c:
 	default:
 	}
-	t.at, t.armed = at, true
+	t.at, t.then, t.armed = at, then, true
 	t.clock.fireLocked(t)
 	t.clock.set.Broadcast()
 }
