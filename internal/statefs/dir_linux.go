@@ -224,10 +224,20 @@ func ReadFD(fd int, path string) ([]byte, error) {
 // read of the size plus a byte (to see the end) usually does. A file over
 // MaxFileSize is store.ErrCorrupt.
 func ReadSized(fd int, path string, size int64) ([]byte, error) {
+	return ReadSizedInto(nil, fd, path, size)
+}
+
+// ReadSizedInto is ReadSized into buf's space where it has room for
+// size+1 bytes (a reader that reads the same file again and again, a
+// holder's record: no fresh memory, and so no page faults, each time).
+func ReadSizedInto(buf []byte, fd int, path string, size int64) ([]byte, error) {
 	if size > MaxFileSize {
 		return nil, fmt.Errorf("%w: %s is over %d bytes", store.ErrCorrupt, path, MaxFileSize)
 	}
-	buf := make([]byte, 0, size+1)
+	if int64(cap(buf)) < size+1 {
+		buf = make([]byte, 0, size+1)
+	}
+	buf = buf[:0]
 	for {
 		if len(buf) == cap(buf) {
 			if len(buf) > MaxFileSize {

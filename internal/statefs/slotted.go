@@ -168,9 +168,11 @@ func (d Dir) OpenSlotted(name string) (fd int, s Slotted, err error) {
 
 // ReadSlottedFD is ReadSlotted of the file name in d open as fd (for
 // reading), size bytes long as a stat of it said: a file kept open for
-// many reads is read with one pread.
-func (d Dir) ReadSlottedFD(fd int, name string, size int64) (Slotted, error) {
-	raw, err := ReadSized(fd, d.Join(name), size)
+// many reads is read with one pread, into buf's space where it has room
+// (ReadSizedInto). The Slotted's Data and Raw are buf's bytes then, good
+// until the next read into it.
+func (d Dir) ReadSlottedFD(buf []byte, fd int, name string, size int64) (Slotted, error) {
+	raw, err := ReadSizedInto(buf, fd, d.Join(name), size)
 	if err != nil {
 		return Slotted{}, err
 	}

@@ -53,6 +53,8 @@ type Lease struct {
 	// open from its first write to its release: a renewal is a flock, a
 	// pread and a pwrite on them, and a stat of each name (stillThere).
 	guard, record keptFile
+	// readBuf is the record's last read, whose space the next one reuses.
+	readBuf []byte
 	// held: the key directory and live as open, looked at once (stillThere).
 	heldDir, heldLive statefs.FileID
 	heldKnown         bool
@@ -289,7 +291,9 @@ func (l *Lease) readKept(size int64) (record, statefs.Slotted, error) {
 		}
 		l.record = f
 	}
-	f, err := l.kd.ReadSlottedFD(l.record.fd, leaseFile, size)
+	f, err := l.kd.ReadSlottedFD(l.readBuf, l.record.fd, leaseFile, size)
+	l.readBuf = f.Raw // nothing keeps the bytes past this operation
+
 	return l.recordOf(f, err)
 }
 
