@@ -324,9 +324,14 @@ func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 		}
 		// Bounded as a holder's renewal is (Lease.op): one that hangs
 		// leaves time for others before the lease could expire.
-		octx, cancel := context.WithTimeout(ctx, min(a.s.timeout, every))
+		bound := min(a.s.timeout, every)
+		octx, cancel := context.WithTimeout(ctx, bound)
 		start := a.claim.Clock()
+		// One that outlives its bound (opening a stream on a connection
+		// that is being redialled need not heed octx) is trouble too.
+		late := time.AfterFunc(bound, a.troubled)
 		ttl, err := ka.send(clientv3.WithRequireLeader(octx))
+		late.Stop()
 		cancel()
 		switch {
 		case err == nil:
