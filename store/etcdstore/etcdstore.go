@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -204,7 +205,13 @@ func (s *Store) cause(err error) string {
 		return "authentication is enabled on the cluster: give --user and --password"
 	}
 	msg := rpctypes.ErrorDesc(err)
-	if strings.Contains(err.Error(), "code = Unavailable") && !strings.Contains(msg, "deadline exceeded") {
+	broken := strings.Contains(err.Error(), "code = Unavailable") && !strings.Contains(msg, "deadline exceeded")
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// A stream's send on a closed connection (gRPC leaves the status
+		// to its receive): a renewal's keep-alive with the server gone.
+		msg, broken = "the connection closed", true
+	}
+	if broken {
 		// The connection broke under the call (gRPC's Unavailable, "error
 		// reading from server: EOF"): say why, if the endpoints tell.
 		if probe := s.probe(); probe != "" {

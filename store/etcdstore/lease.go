@@ -152,9 +152,12 @@ func (l *Lease) compare(ctx context.Context, pending []clientv3.Op) (bool, error
 		l.check = &pb.TxnRequest{Compare: []*pb.Compare{cmp.GetCompare()}}
 	}
 	// As the client's own calls: waiting for a connection within ctx,
-	// with its retries of a request that was never sent.
+	// with its retries of a request that was never sent, and its errors.
 	resp, err := l.s.kv.Txn(ctx, l.check, waitForReady)
-	return err == nil && resp.Succeeded, err
+	if err != nil {
+		return false, clientv3.ContextError(ctx, err)
+	}
+	return resp.Succeeded, nil
 }
 
 var waitForReady = grpc.WaitForReady(true)

@@ -17,7 +17,7 @@ import (
 // but the holder key is gone (etcdctl del) or is another key of the same
 // name on the same lease (deleted and put again: a new create revision);
 // a renewal of a lease whose kept keep-alive stream was closed still
-// succeeds, on a new stream.
+// succeeds, on a new stream; one with the cluster gone names it.
 func TestRenewComparesTheHolderKey(t *testing.T) {
 	s, c := newStore(t)
 	cl := c.Client()
@@ -74,4 +74,27 @@ func TestRenewComparesTheHolderKey(t *testing.T) {
 	if err := renew(l2); err != nil {
 		t.Errorf("renewal after one with an ended context: %v", err)
 	}
+
+	// A cluster gone: the renewal fails, not as a lost lease, naming the
+	// endpoint (E6). A store of its own with a short dial timeout, and
+	// the other leases released first, so that nothing waits long on the
+	// dead cluster.
+	short, err := Open(Options{Endpoints: []string{c.Endpoints()}, DialTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { short.Close() })
+	l3 := acquireNow(t, short, "rk3", store.Claim{Name: "t", TTL: 10 * time.Second})
+	if err := renew(l3); err != nil {
+		t.Fatalf("renewal before the cluster went: %v", err)
+	}
+	for _, l := range []store.Lease{l, l2} {
+		l.Release(t.Context())
+	}
+	c.Members[0].Kill()
+	err = renew(l3)
+	if err == nil || errors.Is(err, store.ErrLost) || !strings.Contains(err.Error(), c.Endpoints()) || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("renewal with the cluster gone: %v; want an error naming %s and why (connection refused), not ErrLost", err, c.Endpoints())
+	}
+	t.Logf("renewal with the cluster gone: %v", err)
 }
