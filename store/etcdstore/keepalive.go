@@ -58,7 +58,13 @@ func (k *keepAlives) start(ctx context.Context) (answer func() (int64, error)) {
 func (k *keepAlives) stream(ctx context.Context) (recv func() (int64, error), err error) {
 	if k.st == nil {
 		sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(k.s.c.Ctx()))
+		// The stream outlives ctx, but its opening is bounded by it: on a
+		// connection being redialled it waits for the connection.
+		opening := context.AfterFunc(ctx, cancel)
 		st, err := pb.NewLeaseClient(k.s.c.ActiveConnection()).LeaseKeepAlive(sctx)
+		if !opening() {
+			err = errors.Join(ctx.Err(), err)
+		}
 		if err != nil {
 			cancel()
 			return nil, err
