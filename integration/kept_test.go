@@ -90,3 +90,35 @@ func (s *sandbox) lostWithoutOverlap(holder, second *exec.Cmd, pids []int, chang
 	}
 	return took
 }
+
+// S9: a key directory moved away and a symlink to it planted under its
+// name (`mv k-job k-old; ln -s k-old k-job`) is a moved key directory: the
+// holder loses its fence within a second and exits 76, as for a plain
+// move. Newcomers refuse the symlink (125), so nobody could take the key
+// while the holder ran on; before, its path check followed the symlink to
+// the directory it held, and it ran on for good (632 s, until killed).
+func TestKeyDirectoryReplacedBySymlinkIsLost(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	holder := s.start(s.fencerun("holder", "run", "--key", "job", "--grace", "2s", "--",
+		"sh", "-c", `trap "" TERM; echo $$ > pids.tmp && mv pids.tmp pids; exec sleep 1000`))
+	pids := s.pids("pids")
+	s.waitHeld("job")
+
+	keyDir := filepath.Join(s.state, "keys", "k-job")
+	moved := time.Now()
+	if err := os.Rename(keyDir, filepath.Join(s.state, "keys", "k-old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("k-old", keyDir); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, holder); code != 76 {
+		t.Errorf("holder whose key directory was replaced by a symlink to it: exit %d, want 76", code)
+	}
+	took := waitGoneTimed(t, moved, pids...)
+	t.Logf("holder and its tree gone %v after the change", took)
+	if b, _ := os.ReadFile(s.path("holder.log")); !strings.Contains(string(b), "was moved or deleted") {
+		t.Errorf("the holder's log does not say why it stopped:\n%s", b)
+	}
+}

@@ -95,8 +95,10 @@ func (l *Lease) stillThere() (int64, error) {
 		}
 		l.heldKnown = true
 	}
+	// Lstat: a symlink planted under the key directory's name (even to
+	// the directory held) is a moved directory, which newcomers refuse.
 	var named unix.Stat_t
-	if err := unix.Stat(path, &named); err != nil || (statefs.FileID{Dev: named.Dev, Ino: named.Ino}) != l.heldDir {
+	if err := unix.Lstat(path, &named); err != nil || (statefs.FileID{Dev: named.Dev, Ino: named.Ino}) != l.heldDir {
 		return 0, fmt.Errorf("%w: the key directory %s of %q (fence %d) was moved or deleted", store.ErrLost, path, l.key, l.fence)
 	}
 	if id, _, err := l.kd.Named(liveFile); err != nil || id != l.heldLive {
