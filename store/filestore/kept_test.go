@@ -221,3 +221,41 @@ func replaceByCopy(t *testing.T, path string) {
 	}
 	rename(t, path+".copy", path)
 }
+
+// With a cgroup the command's pid is written by the next write: at a TTL
+// of up to 3 s the first renewal (within a second), with no write of its
+// own; at a longer TTL, within commandPIDDelay by a write of its own.
+func TestTheCommandsPidRidesOnTheNextWrite(t *testing.T) {
+	for _, ttl := range []time.Duration{3 * time.Second, time.Minute} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			s, _ := newStore(t)
+			c := claim("a")
+			c.TTL, c.Cgroup = ttl, "/sys/fs/cgroup/fencerun-test"
+			l := mustAcquire(t, s, "k", c)
+			defer mustRelease(t, l)
+			pid := store.ProcessID{ID: os.Getpid()}
+			if err := l.SetCommand(t.Context(), pid, pid); err != nil {
+				t.Fatal(err)
+			}
+			recorded := func() bool {
+				st := mustStatus(t, s, "k")
+				return st.Holder != nil && st.Holder.CommandPID == os.Getpid()
+			}
+			if ttl/3 > time.Second {
+				testsupport.WaitFor(t, "the command's pid, written by SetCommand's timer", recorded)
+				return
+			}
+			// Nothing else writes before the first renewal.
+			time.Sleep(2 * commandPIDDelay)
+			if recorded() {
+				t.Fatal("the command's pid was written before the first renewal")
+			}
+			if _, err := l.Renew(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if !recorded() {
+				t.Fatal("the first renewal did not write the command's pid")
+			}
+		})
+	}
+}

@@ -133,14 +133,17 @@ func (l *Lease) LeftoversStopped(ctx context.Context) error {
 // With a cgroup, which finds the tree exactly, they are kept for the next
 // write, and written within commandPIDDelay if nothing else did: an
 // uncontended run of a short command stays at one record write (P1), and
-// status shows the command's pid of a long one within a second. Without a
-// cgroup they are written at once: a holder killed before then must not
-// leave its process group unrecorded.
+// status shows the command's pid of a long one within a second. Where the
+// renewals come at least every second (a TTL of up to 3 s) the first one
+// carries them as soon: no write and no timer of their own, whose wake-up
+// was most of what the cgroup cost a hold (P4). Without a cgroup they are
+// written at once: a holder killed before then must not leave its process
+// group unrecorded.
 func (l *Lease) SetCommand(ctx context.Context, group, session store.ProcessID) error {
 	l.mu.Lock()
 	l.cmd = &holderRecord{CommandPID: group.ID, Group: group, Session: session}
 	deferred := l.cgroup
-	if deferred && l.cmdTimer == nil && !l.released {
+	if deferred && l.cmdTimer == nil && !l.released && l.ttl/3 > time.Second {
 		l.cmdTimer = time.AfterFunc(commandPIDDelay, func() {
 			l.mu.Lock()
 			written := l.cmdWritten
