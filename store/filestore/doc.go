@@ -25,7 +25,10 @@
 //     fsynced; a crash may lose a renewal, tick or release, which after the
 //     reboot reads as a dead holder's record and is taken over at once. A
 //     holder's renewals and ticks are compare-and-swaps on the record's
-//     secret token and version.
+//     secret token and version, through the guard and record it keeps open
+//     from its take to its release; each checks, under the guard, that the
+//     names guard, lease and live and the key directory's path still name
+//     the files it holds, and loses the lease if not (moved_linux.go).
 //   - A free key's directory is removed by Prune only while nobody holds,
 //     waits for or has leftovers under the key; an acquirer that opened the
 //     directory before checks, once it holds the guard, that it is still

@@ -26,9 +26,10 @@ import (
 //
 //   - A holder checks every second (and at every Check) that the key
 //     directory's path, resolved from the root's path afresh, still names
-//     the directory it holds open, and that live in it is the file it
-//     locked. When not, it has lost the lease: Check returns store.ErrLost,
-//     the keeper stops the command and fencerun exits 76.
+//     the directory it holds open, that live in it is the file it locked,
+//     and that guard and lease in it are the files it keeps open for its
+//     renewals. When not, it has lost the lease: Check returns
+//     store.ErrLost, the keeper stops the command and fencerun exits 76.
 //   - A second lock that nothing can unlink: from acquisition until its
 //     release (after its command's tree is gone), a holder holds an abstract
 //     unix socket name derived from the root's real path and the key
