@@ -275,18 +275,6 @@ type Leftover struct {
 // a process group.
 func (l Leftover) Names() bool { return l.Marker != "" || l.Cgroup != "" || l.Group.ID != 0 }
 
-// OnOtherHosts is the trees of trees that run on a host other than host
-// (a tree that names no host is this host's): what LeftoversStopped keeps.
-func OnOtherHosts(trees []Leftover, host string) []Leftover {
-	var out []Leftover
-	for _, t := range trees {
-		if t.Host != "" && t.Host != host {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 // PassOn is the leftovers a dead holder passes on to the next holder:
 // those earlier holders left that it had not confirmed stopped, then its
 // own trees (those that name something), each once. A backend keeps them

@@ -18,18 +18,28 @@ import (
 // Who may use a state root (S9) is internal/statefs's Access: a
 // per-user store or a group store, told by the root's own mode.
 
-// mark returns trees read from this store's records, marked Shared in a
-// group store, whose every member may write them (see store.Leftover). A
-// private store's are not: only its owner (the caller) and root write it.
-// In a group store a marker is kept only if it names a tick socket of
-// this store's ticks directory: tick socket paths are public
-// (/proc/net/unix), and a member must not name another store's tree.
+// mark returns trees read from this store's records as this host's, and
+// marked Shared in a group store.
+//
+// A file store is one host's (see the package comment): a tree recorded
+// under another host name is this host's all the same, recorded before
+// the hostname changed or by a holder in a UTS namespace of its own (a
+// container or unit sharing the state directory, `unshare -u`). Left to
+// "that host", it would run beside the next holder's command for good
+// (S2); looked for here, by its cgroup or marker, it is found or is gone.
+//
+// In a group store, whose every member may write the records, a marker is
+// kept only if it names a tick socket of this store's ticks directory:
+// tick socket paths are public (/proc/net/unix), and a member must not
+// name another store's tree. A private store's are not Shared: only its
+// owner (the caller) and root write it.
 func (s *Store) mark(trees []store.Leftover) []store.Leftover {
-	if !s.access.Shared {
-		return trees
-	}
 	out := slices.Clone(trees)
 	for i := range out {
+		out[i].Host = s.host
+		if !s.access.Shared {
+			continue
+		}
 		out[i].Shared = true
 		addr, _ := strings.CutPrefix(out[i].Marker, fence.TickMarker(""))
 		if !s.ownTicks(filepath.Dir(addr)) {

@@ -126,7 +126,8 @@ func copyHolder(h *store.Holder) *store.Holder {
 
 // LeftoversStopped forgets the predecessors' leftovers (see store.Lease).
 func (l *Lease) LeftoversStopped(ctx context.Context) error {
-	return l.update(ctx, func(r *record) { r.Leftovers = store.OnOtherHosts(r.Leftovers, l.s.host) })
+	// Every tree is this host's (Store.mark), whatever host it names.
+	return l.update(ctx, func(r *record) { r.Leftovers = nil })
 }
 
 // SetCommand records the command's group and session (see store.Lease).
