@@ -33,7 +33,7 @@ var runModelLines = []struct {
 	{"--dir D run --key k --cgroup off -- run", true, false},
 	{"--dir D run --key k --cgroup off true", true, false},
 	{"--dir D run --resident D/store.db --cgroup off -- true", true, false},
-	// review4: flag values that look like commands or flags, short
+	// Flag values that look like commands or flags, short
 	// bundles, = forms, repeats, separators and abbreviations.
 	{"--dir D run --key status --cgroup off -- true", true, false},
 	{"--dir D run --key run --cgroup off -- true", true, false},

@@ -19,7 +19,7 @@ const procLocks = "/proc/locks"
 // truth: the kernel leaves out locks whose owner is not visible in the
 // pid namespace of this /proc, and names a file by its real inode's
 // device, which on an overlay whose upper layer is another file system is
-// not the st_dev fstat gives (review5); a lock whose taker has exited
+// not the st_dev fstat gives; a lock whose taker has exited
 // while another process keeps the descriptor is shown with the dead
 // taker's pid. So 0 means "none that this process can see", a pid need
 // not be the process that holds the lock now, and callers that need

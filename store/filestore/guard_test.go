@@ -103,7 +103,7 @@ func TestGuardHeldByStoppedProcess(t *testing.T) {
 }
 
 // On a file system whose locks /proc/locks names by another device than
-// fstat does (an overlay whose upper layer is a tmpfs: review5 found it),
+// fstat does (an overlay whose upper layer is a tmpfs),
 // a reader without the guard cannot see the live holder's lock in the
 // table. It must not report the key free, its live holder dead and its
 // command as leftovers: it sees that the table does not show the guard it

@@ -47,7 +47,7 @@ func nodeShape(n *kong.Node) map[string]string {
 // node, help texts aside: every flag's name, short name, aliases,
 // variables, default, enum, placeholder, mapper and groups, and the
 // command's argument, so that no command line or environment can be read
-// differently by the two (review4: the model, not only sampled lines).
+// differently by the two (the model, not only sampled lines).
 func TestRunModelIsTheWholeModelsGlobalsAndRun(t *testing.T) {
 	var fast CLI
 	fk, _ := parseRun(&fast, []string{"run", "--key", "k", "--", "true"})
