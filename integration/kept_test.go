@@ -122,3 +122,42 @@ func TestKeyDirectoryReplacedBySymlinkIsLost(t *testing.T) {
 		t.Errorf("the holder's log does not say why it stopped:\n%s", b)
 	}
 }
+
+// S6: a key's lock file made a second name of its guard by hand (ln -f
+// guard live) would look held for good to every acquirer, which holds the
+// guard while it looks: run refuses it as corrupt state naming both files
+// (125, the command not started), and release --force clears it, after
+// which the key is taken as before.
+func TestLiveLinkedToTheGuardIsCorrupt(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	if code := s.run("first", "run", "--key", "job", "--", "true"); code != 0 {
+		t.Fatalf("first run: exit %d", code)
+	}
+	kd := filepath.Join(s.state, "keys", "k-job")
+	if err := os.Remove(filepath.Join(kd, "live")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(kd, "guard"), filepath.Join(kd, "live")); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := s.output("run", "--key", "job", "-n", "--", "touch", "ran")
+	if code != 125 || !strings.Contains(stderr, filepath.Join(kd, "live")) || !strings.Contains(stderr, "hard link") {
+		t.Errorf("run on live linked to the guard: exit %d, want 125 naming %s as a hard link of the guard\n%s", code, filepath.Join(kd, "live"), stderr)
+	}
+	if _, err := os.Stat(s.path("ran")); err == nil {
+		t.Errorf("the command started on corrupt state")
+	}
+	if code := s.run("release", "release", "job", "--force"); code != 0 {
+		t.Fatalf("release --force: exit %d", code)
+	}
+	if b, _ := os.ReadFile(s.path("release.log")); !strings.Contains(string(b), "second name") {
+		t.Errorf("release --force did not say it cleared the link:\n%s", b)
+	}
+	if code := s.run("after", "run", "--key", "job", "-n", "--", "touch", "ran"); code != 0 {
+		t.Errorf("run after release --force: exit %d, want 0", code)
+	}
+	if _, err := os.Stat(s.path("ran")); err != nil {
+		t.Errorf("the command did not run after release --force: %v", err)
+	}
+}

@@ -201,6 +201,11 @@ func (a *acquirer) attempt(g int) (*Lease, busy, error) {
 	case nil:
 	case unix.EWOULDBLOCK:
 		free = false
+		if liveIsGuard(live, g) {
+			unix.Close(live)
+			return nil, busy{}, fmt.Errorf("%w: %s is the key's guard %s under a second name (a hard link): its lock is the guard's, which every acquirer holds while it looks, so nobody could ever take the key; release --force clears it",
+				store.ErrCorrupt, a.kd.Join(liveFile), a.kd.Join(guardFile))
+		}
 	default:
 		unix.Close(live)
 		return nil, busy{}, fmt.Errorf("filestore: lock %s: %w", a.kd.Join(liveFile), err)
@@ -234,6 +239,20 @@ func (a *acquirer) attempt(g int) (*Lease, busy, error) {
 		b.wait, b.name = a.entry.qd, ahead[len(ahead)-1].name
 	}
 	return nil, b, nil
+}
+
+// liveIsGuard reports whether live, open as fd, is the guard file open as g
+// under another name: only a hard link made by hand (ln -f guard live) does
+// that, and then live's lock is the guard's, so it looks held by somebody
+// to every acquirer (who holds the guard as it looks) for good. It is asked
+// only once live was found locked, so a free key's take pays nothing.
+func liveIsGuard(live, g int) bool {
+	l, err := statefs.IDOf(live, liveFile)
+	if err != nil {
+		return false
+	}
+	gd, err := statefs.IDOf(g, guardFile)
+	return err == nil && l == gd
 }
 
 // take writes the record that makes us the holder over rec (read as cur)

@@ -185,6 +185,17 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	} else if !errors.Is(err, statefs.ErrNoJunk) {
 		return false, err
 	}
+	if id, _, err := kd.Named(liveFile); err == nil {
+		// live as a second name of the guard (acquirer.attempt refuses it
+		// as corrupt): the link goes, and the next take makes live anew.
+		if gid, err := statefs.IDOf(g, kd.Join(guardFile)); err == nil && gid == id {
+			if err := unix.Unlinkat(kd.FD, liveFile, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+				return false, fmt.Errorf("clear %s, a second name of the guard %s: %w", kd.Join(liveFile), kd.Join(guardFile), err)
+			}
+			s.log.Warn("cleared a lock file that was the guard under a second name (a hard link)", "path", kd.Join(liveFile))
+			cleared = true
+		}
+	}
 	n, err := s.clearQueue(kd)
 	if err != nil {
 		return false, err
