@@ -62,6 +62,12 @@ func TestGuardHolderStopped(t *testing.T) {
 	if took > 2900*time.Millisecond {
 		t.Errorf("run -w 2s took %v: it must end at its bound, not wait for the guard again", took)
 	}
+	// A longer wait reads the status line every second: it says once
+	// that it reads without the guard, not at every read.
+	_, stderr, code = s.output("run", "--key", "job", "-w", "4s", "--", "touch", "ran")
+	if n := strings.Count(stderr, note); code != 75 || n != 1 {
+		t.Errorf("run -w 4s: exit %d, and the read without the guard reported %d times, want 75 and once\n%s", code, n, stderr)
+	}
 	if code := s.run("nowait", "run", "--key", "job", "-n", "--", "touch", "ran"); code != 75 {
 		t.Errorf("run -n: exit %d, want 75 (busy)", code)
 	}

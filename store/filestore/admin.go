@@ -56,7 +56,9 @@ func (s *Store) status(ctx context.Context, key string) (*store.Status, error) {
 		// its guard. The record's slots are whole for a reader without
 		// it (internal/statefs, slotted.go): what is read is a record
 		// written whole, the last one or the one just before.
-		s.log.Warn("the key's guard lock is held by "+guardHolder+"; read without it, the answer may be momentarily stale", "key", key, "path", kd.Join(guardFile))
+		if _, said := s.unguarded.LoadOrStore(key+"\x00"+guardHolder, true); !said {
+			s.log.Warn("the key's guard lock is held by "+guardHolder+"; read without it, the answer may be momentarily stale", "key", key, "path", kd.Join(guardFile))
+		}
 	default:
 		defer unix.Close(g)
 	}

@@ -50,6 +50,11 @@ type Store struct {
 
 	access statefs.Access // the store's kind (internal/statefs)
 
+	// unguarded: the keys and guard holders a read without the guard was
+	// already reported for (status), so that a waiter's status line, read
+	// every second, says it once, not at every read.
+	unguarded sync.Map
+
 	mu     sync.RWMutex // guards keys.FD and top.FD against Close
 	top    dir          // the root, open for the life of the Store
 	keys   dir          // <root>/keys, open for the life of the Store
