@@ -57,9 +57,7 @@ func TestGuardOrRecordReplacedNoOverlap(t *testing.T) {
 				"flock", "-n", excl, "sh", "-c", "touch second-ran"))
 			took := s.lostWithoutOverlap(holder, second, pids, changed, "its "+tc.file+" was changed")
 			t.Logf("holder exited %v after the change", took)
-			if b, _ := os.ReadFile(s.path("holder.log")); !strings.Contains(string(b), tc.log) {
-				t.Errorf("the holder's log does not name the %s:\n%s", tc.log, b)
-			}
+			s.logSays("holder", tc.log)
 		})
 	}
 }
@@ -118,9 +116,7 @@ func TestKeyDirectoryReplacedBySymlinkIsLost(t *testing.T) {
 	}
 	took := waitGoneTimed(t, moved, pids...)
 	t.Logf("holder and its tree gone %v after the change", took)
-	if b, _ := os.ReadFile(s.path("holder.log")); !strings.Contains(string(b), "was moved or deleted") {
-		t.Errorf("the holder's log does not say why it stopped:\n%s", b)
-	}
+	s.logSays("holder", "was moved or deleted")
 }
 
 // S6: a key's lock file made a second name of its guard by hand (ln -f

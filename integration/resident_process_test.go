@@ -97,6 +97,15 @@ func (s *sandbox) waitLog(log, line string) {
 	}
 }
 
+// logSays is waitLog for a process that has exited: its log must say line
+// already.
+func (s *sandbox) logSays(log, line string) {
+	s.t.Helper()
+	if b, _ := os.ReadFile(s.path(log + ".log")); !bytes.Contains(b, []byte(line)) {
+		s.t.Errorf("%s.log does not say %q:\n%s", log, line, b)
+	}
+}
+
 // fenceIn reads a decimal fence a command wrote to name.
 func (s *sandbox) fenceIn(name string) uint64 {
 	s.t.Helper()
