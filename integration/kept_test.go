@@ -157,3 +157,44 @@ func TestLiveLinkedToTheGuardIsCorrupt(t *testing.T) {
 		t.Errorf("the command did not run after release --force: %v", err)
 	}
 }
+
+// The same for a waiter's own queue entry: with live made a second name of
+// it while the waiter waits (which also loses the holder its fence: its
+// live was replaced), the waiter, woken, finds live locked by its own
+// entry, and fails as on corrupt state naming both (125) instead of
+// waiting on itself for good; its command never starts, and once it has
+// gone the key is taken as before.
+func TestLiveLinkedToAWaitersEntryIsCorrupt(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	holder := s.start(s.fencerun("holder", "run", "--key", "job", "--", "sleep", "1000"))
+	s.waitHeld("job")
+	waiter := s.start(s.fencerun("waiter", "run", "--key", "job", "--name", "waiter", "--", "touch", "ran"))
+	s.waitQueue("job", "waiter")
+
+	kd := filepath.Join(s.state, "keys", "k-job")
+	entries, err := os.ReadDir(filepath.Join(kd, "queue"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("queue of job: %v, %v; want the waiter's entry alone", entries, err)
+	}
+	entry := filepath.Join(kd, "queue", entries[0].Name())
+	if err := os.Link(entry, filepath.Join(kd, "live.new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(kd, "live.new"), filepath.Join(kd, "live")); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, holder); code != 76 {
+		t.Errorf("holder whose live was replaced: exit %d, want 76", code)
+	}
+	if code := exitOf(t, waiter); code != 125 {
+		t.Errorf("waiter finding live linked to its own queue entry: exit %d, want 125", code)
+	}
+	s.logSays("waiter", "this waiter's queue entry "+entry)
+	if _, err := os.Stat(s.path("ran")); err == nil {
+		t.Errorf("the waiter's command started on corrupt state")
+	}
+	if code := s.run("after", "run", "--key", "job", "-n", "--", "touch", "ran"); code != 0 {
+		t.Errorf("run once the waiter has gone: exit %d, want 0", code)
+	}
+}

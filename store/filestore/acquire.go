@@ -201,10 +201,9 @@ func (a *acquirer) attempt(g int) (*Lease, busy, error) {
 	case nil:
 	case unix.EWOULDBLOCK:
 		free = false
-		if liveIsGuard(live, g) {
+		if what := a.lockedHere(live, g); what != "" {
 			unix.Close(live)
-			return nil, busy{}, fmt.Errorf("%w: %s is the key's guard %s under a second name (a hard link): its lock is the guard's, which every acquirer holds while it looks, so nobody could ever take the key; release --force clears it",
-				store.ErrCorrupt, a.kd.Join(liveFile), a.kd.Join(guardFile))
+			return nil, busy{}, fmt.Errorf("%w: %s is %s under a second name (a hard link): its lock is one this process holds as it looks, so nobody could ever take the key", store.ErrCorrupt, a.kd.Join(liveFile), what)
 		}
 	default:
 		unix.Close(live)
@@ -241,18 +240,26 @@ func (a *acquirer) attempt(g int) (*Lease, busy, error) {
 	return nil, b, nil
 }
 
-// liveIsGuard reports whether live, open as fd, is the guard file open as g
-// under another name: only a hard link made by hand (ln -f guard live) does
-// that, and then live's lock is the guard's, so it looks held by somebody
-// to every acquirer (who holds the guard as it looks) for good. It is asked
-// only once live was found locked, so a free key's take pays nothing.
-func liveIsGuard(live, g int) bool {
-	l, err := statefs.IDOf(live, liveFile)
+// lockedHere names what live, open as fd and found locked, is a second
+// name of among the files this acquirer holds locked itself: the guard g
+// (which every acquirer holds as it looks) or its own queue entry. Only a
+// hard link made by hand (ln -f guard live) does that, and then live looks
+// held for good to everyone. It is asked only once live was found locked,
+// so a free key's take pays nothing.
+func (a *acquirer) lockedHere(live, g int) string {
+	id, err := statefs.IDOf(live, a.kd.Join(liveFile))
 	if err != nil {
-		return false
+		return ""
 	}
-	gd, err := statefs.IDOf(g, guardFile)
-	return err == nil && l == gd
+	if gid, err := statefs.IDOf(g, a.kd.Join(guardFile)); err == nil && gid == id {
+		return "the key's guard " + a.kd.Join(guardFile) + " (release --force clears it)"
+	}
+	if e := a.entry; e != nil {
+		if eid, err := statefs.IDOf(e.fd, e.qd.Join(e.name)); err == nil && eid == id {
+			return "this waiter's queue entry " + e.qd.Join(e.name) + " (unlocked once this waiter has gone)"
+		}
+	}
+	return ""
 }
 
 // take writes the record that makes us the holder over rec (read as cur)
