@@ -131,6 +131,13 @@ func removeDeadCgroup(path string, pid int) bool {
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
 		return false // a live run's
 	}
+	// The lock is the directory's we opened: a run whose cgroup another
+	// sweep removed makes it again at the same path (createCgroup), and
+	// that one is not ours to remove.
+	var fst, now unix.Stat_t
+	if unix.Fstat(fd, &fst) != nil || unix.Lstat(path, &now) != nil || fst.Ino != now.Ino || fst.Dev != now.Dev {
+		return false
+	}
 	return unix.Rmdir(path) == nil // EBUSY: populated, or with cgroups below
 }
 

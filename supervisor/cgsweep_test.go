@@ -221,3 +221,41 @@ func TestStopLeftoversOfAGoneCgroup(t *testing.T) {
 		t.Errorf("CountLeftovers of a gone cgroup: %d, %v; want 0, nil", n, err)
 	}
 }
+
+// A run whose pid means nothing to a sweeper (one reading another pid
+// namespace's /proc, where no process has it) can have its cgroup swept
+// between the mkdir and the lock. It makes it again and locks that one,
+// instead of failing with a false "no cgroup.kill" (found by review7:
+// a host prune beside a run under unshare -p).
+func TestACgroupSweptBeforeItsLockIsMadeAgain(t *testing.T) {
+	dir := sweepDir(t)
+	path := filepath.Join(dir, cgroupName(deadPID(t)))
+	var swept []string
+	cgroupMade = func(p string) {
+		if swept == nil {
+			swept, _ = SweepCgroups(dir)
+		}
+	}
+	t.Cleanup(func() { cgroupMade = nil })
+	c, err := createCgroup(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.remove() })
+	if !slices.Equal(swept, []string{path}) {
+		t.Fatalf("the sweep in the window removed %v, want %s", swept, path)
+	}
+	var fst, st syscall.Stat_t
+	if err := syscall.Fstat(c.fd, &fst); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatalf("the cgroup is not at its path after createCgroup: %v", err)
+	}
+	if fst.Ino != st.Ino {
+		t.Fatal("createCgroup's descriptor is not the cgroup at its path")
+	}
+	if got, _ := SweepCgroups(dir); len(got) != 0 {
+		t.Fatalf("a sweep after the lock removed %v", got)
+	}
+}
