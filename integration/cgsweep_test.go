@@ -12,9 +12,10 @@ import (
 // command (it is made while the lease is awaited); nothing records it. The
 // next run in the same cgroup removes it once its own command runs: here
 // that command waits for it to go (bounded: 20 s), so the test waits for
-// a file, not a sleep.
+// a file, not a sleep. A prune sweeps it too, also one whose state root
+// does not exist: a cgroup directory is the host's, not a state root's.
 func TestKilledWaitersCgroupIsSwept(t *testing.T) {
-	for _, by := range []string{"next run", "prune"} {
+	for _, by := range []string{"next run", "prune", "prune of a missing root"} {
 		t.Run(by, func(t *testing.T) {
 			t.Parallel()
 			killedWaitersCgroup(t, by)
@@ -48,11 +49,19 @@ func killedWaitersCgroup(t *testing.T, by string) {
 	}
 	exitOf(t, holder)
 
-	if by == "prune" {
-		prune := s.fencerun("prune", "prune", "--json")
+	if by != "next run" {
+		args := []string{"prune", "--json"}
+		fresh := s.path("fresh")
+		if by == "prune of a missing root" {
+			args = append([]string{"--dir", fresh}, args...)
+		}
+		prune := s.fencerun("prune", args...)
 		cg.start(t, prune)
 		if code := exitOf(t, prune); code != 0 {
 			t.Fatalf("prune: exit %d", code)
+		}
+		if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+			t.Errorf("prune made the missing state root %s (%v)", fresh, err)
 		}
 		out, _ := os.ReadFile(s.path("prune.log"))
 		if _, err := os.Stat(left); !os.IsNotExist(err) {

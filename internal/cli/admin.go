@@ -156,9 +156,15 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 	var missing *noState
 	switch {
 	case errors.As(err, &missing):
-		if !c.JSON {
+		// The cgroup directory is this process's, not the root's: runs
+		// of any root (or none left) leave their cgroups there.
+		removed = pruneCgroups(g)
+		if !c.JSON && len(removed) == 0 {
 			fmt.Printf("nothing to prune: no state root at %s\n", missing.root)
 			return nil
+		}
+		if !c.JSON {
+			missing.note(g.log)
 		}
 	case err != nil:
 		return err
