@@ -144,8 +144,10 @@ func TestSmoke(t *testing.T) {
 	// fencerun's rows, each beside its --cgroup off row where it has one,
 	// and P1's cgroup against --cgroup off; P7's quick rows after P3, its
 	// hold's after P4/P5's.
-	wantIDs := []string{"P1", "P1", "P1", "P1", "P1", "P1", "P1", "P2", "P2", "P2", "P2", "P2", "P3", "P3", "P3", "P3",
-		"P7", "P7", "P7", "P4", "P4", "P5", "P5", "P7", "P7", "P6", "P6"}
+	// P1's wall and CPU rows, P2's handoff and P4/P5's hold have a row
+	// against the floor (bench/floor) each.
+	wantIDs := []string{"P1", "P1", "P1", "P1", "P1", "P1", "P1", "P1", "P1", "P2", "P2", "P2", "P2", "P2", "P2", "P3", "P3", "P3", "P3",
+		"P7", "P7", "P7", "P4", "P4", "P4", "P5", "P5", "P5", "P7", "P7", "P6", "P6"}
 	var gotIDs []string
 	for _, r := range rows {
 		gotIDs = append(gotIDs, r.id)
@@ -157,8 +159,8 @@ func TestSmoke(t *testing.T) {
 		if !strings.Contains(doc, "| "+r.id+" "+r.figure+" |") {
 			t.Errorf("table has no row %s %s", r.id, r.figure)
 		}
-		if r.peer != nil && r.peerName == h.flock.name {
-			checkSane(t, r.id+" "+r.figure+" (flock)", r.peer)
+		if r.peer != nil && (r.peerName == h.flock.name || r.peerName == h.floor.name) {
+			checkSane(t, r.id+" "+r.figure+" ("+r.peerName+")", r.peer)
 		}
 	}
 	if h.fencerun.err != nil {

@@ -127,6 +127,7 @@ type harness struct {
 	// containment costs is fencerun's figures next to its.
 	fencerunOff *tool
 	flock       *tool
+	floor       *tool      // bench/floor: the least a Go wrapper does (pair.floor)
 	populate    string     // path of the populate program; "" when it did not build
 	etcd        *etcdBench // P7's server and tools; nil when P7 is not measured
 
@@ -165,6 +166,7 @@ func newHarness(cfg config) (*harness, error) {
 		err = fmt.Errorf("flock(1) not found (Debian: apt-get install util-linux): %w", err)
 	}
 	h.flock = h.flockTool(flockBin, err)
+	h.floor = h.floorTool(h.buildFloor())
 	if cfg.wants("P7") {
 		h.etcd = h.startEtcd(bin, h.fencerun.err)
 	}
@@ -236,15 +238,26 @@ func (h *harness) buildFencerun() (string, error) {
 		}
 		return h.cfg.Fencerun, nil
 	}
-	bin := filepath.Join(h.work, "fencerun")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fencerun")
+	return h.buildStatic("./cmd/fencerun", "fencerun")
+}
+
+// buildFloor builds bench/floor, as fencerun is built.
+func (h *harness) buildFloor() (string, error) {
+	return h.buildStatic("./bench/floor", "floor")
+}
+
+// buildStatic builds the package pkg of the module into the work
+// directory as name. Static, as just build makes fencerun: with a C
+// compiler at hand go build links libc for package net, and the dynamic
+// loader costs every start about 0.8 ms of CPU here (go run ./bench
+// outside just bench).
+func (h *harness) buildStatic(pkg, name string) (string, error) {
+	bin := filepath.Join(h.work, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = h.cfg.Root
-	// Static, as just build makes it: with a C compiler at hand go build
-	// links libc for package net, and the dynamic loader costs every start
-	// about 0.8 ms of CPU here (go run ./bench outside just bench).
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("./cmd/fencerun does not build: %s", firstLine(out))
+		return "", fmt.Errorf("%s does not build: %s", pkg, firstLine(out))
 	}
 	return bin, nil
 }

@@ -129,7 +129,7 @@ func (h *harness) measure() []row {
 	var rows []row
 	if h.cfg.wants("P1") {
 		file := h.filePair("P1")
-		rows = append(rows, h.uncontended(file)...)
+		rows = append(rows, h.uncontended(h.withFloor(file))...)
 		rows = append(rows, h.throughput(file)...)
 		// What containment costs at start and stop: the cgroup (the
 		// default where one can be made) next to --cgroup off.
@@ -139,7 +139,7 @@ func (h *harness) measure() []row {
 	}
 	if h.cfg.wants("P2") {
 		file := h.filePair("P2")
-		rows = append(rows, h.handoff(file)...)
+		rows = append(rows, h.handoff(h.withFloor(file))...)
 		rows = append(rows, h.handoffRate(file))
 		rows = append(rows, h.drain(file)...)
 	}

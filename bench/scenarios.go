@@ -77,13 +77,17 @@ func (h *harness) lockFor(t *tool, name string) (lockSpec, error) {
 // the same interleaving against the same peer: `--cgroup off` beside the
 // default `--cgroup auto` on the file backend. peer2, where set, is a
 // second peer measured in the same interleaving against the same subj
-// sample: the current etcdctl beside Debian's.
+// sample: the current etcdctl beside Debian's. floor, where set, is a
+// program measured in the same interleaving as the least a Go wrapper does
+// (bench/floor): its row has subj's ratio to it and no goal, since the
+// contract's goals are against the peers.
 type pair struct {
 	id    string // the contract figure the rows are for
 	subj  *tool
 	peer  *tool
 	alt   *tool
 	peer2 *tool
+	floor *tool
 	// run and handoff are the goals of the uncontended run's wall time
 	// and of the handoff.
 	run, handoff goal
@@ -96,6 +100,9 @@ func (pr pair) tools() []*tool {
 	}
 	if pr.peer2 != nil {
 		t = append(t, pr.peer2)
+	}
+	if pr.floor != nil {
+		t = append(t, pr.floor)
 	}
 	return t
 }
@@ -116,6 +123,11 @@ func (pr pair) rows(figure string, u unit, g goal) ([]row, []*sample) {
 		p.subj = r.subj
 		rows, samples = append(rows, p), append(samples, p.peer)
 	}
+	if pr.floor != nil {
+		f := newRow(pr.id, figure+": against a floor", u, pr.floor.name, goal{text: "—"})
+		f.subj = r.subj
+		rows, samples = append(rows, f), append(samples, f.peer)
+	}
 	return rows, samples
 }
 
@@ -126,6 +138,12 @@ func altLabel(t *tool) string {
 
 func (h *harness) filePair(id string) pair {
 	return pair{id: id, subj: h.fencerun, peer: h.flock, alt: h.fencerunOff, run: ratioAtMost(2), handoff: ratioAtMost(1.5)}
+}
+
+// withFloor is pr with the file backend's floor measured beside it.
+func (h *harness) withFloor(pr pair) pair {
+	pr.floor = h.floor
+	return pr
 }
 
 func (h *harness) progress(format string, args ...any) {
@@ -590,7 +608,7 @@ type holdSet struct {
 // filePair's hold: P4 and P5.
 func (h *harness) fileHold() holdSet {
 	return holdSet{
-		pr: h.filePair("P4"), cpuID: "P4", rssID: "P5",
+		pr: h.withFloor(h.filePair("P4")), cpuID: "P4", rssID: "P5",
 		cpuFigure: fmt.Sprintf("CPU of the wrapper, %s hold at %s TTL, start-up included", human(h.cfg.Hold), human(h.cfg.HoldTTL)),
 		cpu:       atMost(0.025, seconds), rss: atMost(20<<20, bytes),
 	}

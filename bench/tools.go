@@ -95,22 +95,41 @@ func (h *harness) flockTool(bin string, lookErr error) *tool {
 	t.argv = func(l lockSpec, cmd ...string) []string {
 		return append([]string{bin, filepath.Join(l.dir, l.key+".lock")}, cmd...)
 	}
-	// A process blocked in flock(2) is listed in /proc/locks behind "->".
-	t.queued = func(_ lockSpec, pid, _ int) (bool, error) {
-		f, err := os.Open("/proc/locks")
-		if err != nil {
-			return false, err
-		}
-		defer f.Close()
-		want := strconv.Itoa(pid)
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) > 5 && fields[1] == "->" && fields[2] == "FLOCK" && fields[5] == want {
-				return true, nil
-			}
-		}
-		return false, sc.Err()
-	}
+	t.queued = blockedInFlock
 	return t
+}
+
+// floorTool is bench/floor: the least a Go wrapper of a flock does, with a
+// renewal's file work at TTL/3 where the lock has a TTL. A floor measured
+// beside fencerun, not a peer (pair.floor).
+func (h *harness) floorTool(bin string, buildErr error) *tool {
+	t := &tool{name: "Go floor, bench/floor", err: buildErr}
+	t.argv = func(l lockSpec, cmd ...string) []string {
+		argv := []string{bin, l.dir, l.key}
+		if l.ttl > 0 {
+			argv = append(argv, l.ttl.String())
+		}
+		return append(append(argv, "--"), cmd...)
+	}
+	t.queued = blockedInFlock
+	return t
+}
+
+// blockedInFlock is a tool's queued for a process that waits in flock(2):
+// it is listed in /proc/locks behind "->".
+func blockedInFlock(_ lockSpec, pid, _ int) (bool, error) {
+	f, err := os.Open("/proc/locks")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	want := strconv.Itoa(pid)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 5 && fields[1] == "->" && fields[2] == "FLOCK" && fields[5] == want {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
 }
