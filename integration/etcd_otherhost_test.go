@@ -71,7 +71,8 @@ func (f *forged) run(key string) string {
 // queue there: forged here, as this host has no other) neither makes a
 // run here say, at the default log level, that a dead holder's leftovers
 // run on another host, nor keeps this host's dead holder's record from
-// being deleted once its tree is known gone; the other host's stays.
+// being deleted once its tree is known gone; the other host's stays, and
+// gives the key no row in list.
 func TestEtcdOtherHostsQueuedRecordIsQuiet(t *testing.T) {
 	f := newForged(t)
 	const elsewhere, here = "_fencerun/leftovers/oq/7001", "_fencerun/leftovers/oq/7002"
@@ -87,6 +88,13 @@ func TestEtcdOtherHostsQueuedRecordIsQuiet(t *testing.T) {
 	}
 	if f.count(elsewhere) != 1 {
 		t.Errorf("another host's queued record %s was deleted here", filepath.Base(elsewhere))
+	}
+	// Left alone, it makes the key no row of list, as status says free.
+	for _, args := range [][]string{{"list", "--json"}, {"status", "oq", "--json"}} {
+		b, err := onEtcd(t, f.c.Endpoints(), args...).Output()
+		if err != nil || args[0] == "list" && strings.Contains(string(b), `"oq"`) || args[0] == "status" && !strings.Contains(string(b), `"state": "free"`) {
+			t.Errorf("%v: %v, want no row for oq in list and free in status:\n%s", args, err, b)
+		}
 	}
 }
 

@@ -89,7 +89,7 @@ func (s *Store) leftovers(ctx context.Context, st *store.Status, live map[string
 }
 
 // List reads every lock on the cluster, fencerun's and etcdctl lock's
-// alike, and every free key with leftovers, sorted by name: every key
+// alike, and every free key whose Status has leftovers, sorted by name: every key
 // "NAME/<hex>" attached to the lease <hex> is a contender for NAME. A nested key "a/b/<lease>" is listed
 // under "a/b" (and blocks "a" too, which Status of "a" shows).
 func (s *Store) List(ctx context.Context) ([]store.Status, error) {
@@ -123,6 +123,10 @@ func (s *Store) List(ctx context.Context) ([]store.Status, error) {
 		st, err := s.status(ctx, n, byName[n])
 		if err != nil {
 			st = &store.Status{Key: n, State: store.Corrupt, Waiters: []store.Holder{}, Err: err}
+		} else if byName[n] == nil && len(st.Leftovers) == 0 {
+			// Only records status leaves out (another host's queued
+			// ones): free, as a key never used, which has no row.
+			continue
 		}
 		out = append(out, *st)
 	}

@@ -254,9 +254,19 @@ func TestQueuedRecordOfAnotherHost(t *testing.T) {
 	}
 
 	// Only another host's queued record: no leftovers in status, no
-	// predecessor at all.
+	// predecessor at all, and no row in list (status says free, as of a
+	// key never used, and list has no row for one of those either).
 	if st, err := s.Status(t.Context(), "oh"); err != nil || len(st.Leftovers) != 0 {
 		t.Errorf("status with another host's queued record alone: %+v, %v; want no leftovers", st, err)
+	}
+	all, err := s.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range all {
+		if st.Key == "oh" {
+			t.Errorf("list has a row for a key with another host's queued record alone: %+v; want none", st)
+		}
 	}
 	l = acquireNow(t, s, "oh", store.Claim{Name: "t"})
 	if p := l.Predecessor(); p != nil {
