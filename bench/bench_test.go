@@ -145,15 +145,28 @@ func TestSmoke(t *testing.T) {
 	// and P1's cgroup against --cgroup off; P7's quick rows after P3, its
 	// hold's after P4/P5's.
 	// P1's wall and CPU rows, P2's handoff and P4/P5's hold have a row
-	// against the floor (bench/floor) each.
+	// against the floor (bench/floor) each, and P7's hold's CPU and peak
+	// RSS against bench/etcdfloor.
 	wantIDs := []string{"P1", "P1", "P1", "P1", "P1", "P1", "P1", "P1", "P1", "P2", "P2", "P2", "P2", "P2", "P2", "P3", "P3", "P3", "P3",
-		"P7", "P7", "P7", "P4", "P4", "P4", "P5", "P5", "P5", "P7", "P7", "P6", "P6"}
+		"P7", "P7", "P7", "P4", "P4", "P4", "P5", "P5", "P5", "P7", "P7", "P7", "P7", "P6", "P6"}
 	var gotIDs []string
 	for _, r := range rows {
 		gotIDs = append(gotIDs, r.id)
 	}
 	if strings.Join(gotIDs, " ") != strings.Join(wantIDs, " ") {
 		t.Fatalf("rows %v, want %v", gotIDs, wantIDs)
+	}
+	etcdFloors := 0
+	for _, r := range rows {
+		if r.id == "P7" && strings.Contains(r.figure, "against a floor") {
+			etcdFloors++
+			if r.goal.met != nil || r.peerName != h.etcd.floor.name {
+				t.Errorf("P7 floor row %s against %q with goal %q: want bench/etcdfloor, with no goal", r.figure, r.peerName, r.goal.text)
+			}
+		}
+	}
+	if etcdFloors != 2 {
+		t.Errorf("%d P7 rows against a floor, want 2 (the hold's CPU and peak RSS)", etcdFloors)
 	}
 	for _, r := range rows {
 		if !strings.Contains(doc, "| "+r.id+" "+r.figure+" |") {

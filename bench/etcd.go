@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,7 @@ type etcdBench struct {
 	fencerun *tool // fencerun --etcd URL, through the file binary's exec
 	etcdctl  *tool // Debian's
 	current  *tool // the current etcdctl, built here
+	floor    *tool // bench/etcdfloor, in the hold only
 }
 
 // startEtcd starts the server and makes the tools; a reason P7 cannot run
@@ -47,7 +49,7 @@ func (h *harness) startEtcd(fencerunBin string, fencerunErr error) *etcdBench {
 	fail := func(err error) *etcdBench {
 		e.err = fmt.Errorf("P7 skipped: %w", err)
 		h.progress("%v", e.err)
-		for _, t := range []**tool{&e.fencerun, &e.etcdctl, &e.current} {
+		for _, t := range []**tool{&e.fencerun, &e.etcdctl, &e.current, &e.floor} {
 			*t = &tool{name: "—", err: e.err}
 		}
 		return e
@@ -80,6 +82,7 @@ func (h *harness) startEtcd(fencerunBin string, fencerunErr error) *etcdBench {
 	url := srv.URL()
 	e.fencerun = h.fencerunOn("fencerun --etcd", fencerunBin, helperErr, func(lockSpec) []string { return []string{"--etcd", url} })
 	e.fencerun.shared, e.fencerun.settle = true, etcdSettle
+	e.floor = h.etcdFloorTool(url)
 
 	bin, err := exec.LookPath("etcdctl")
 	if err != nil {
@@ -119,12 +122,28 @@ func (h *harness) buildEtcdHelper(fencerunBin string) error {
 		}
 		return nil
 	}
-	cmd := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", helper, "./cmd/fencerun-etcd") // as just build makes it
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace", "-o", helper, "./cmd/fencerun-etcd") // as just build makes it
 	cmd.Dir = h.cfg.Root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as buildFencerun's
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("./cmd/fencerun-etcd does not build: %s", firstLine(out))
 	}
 	return nil
+}
+
+// etcdFloorTool is bench/etcdfloor on the server at url: the least a holder on
+// the etcd client does (its package comment says what and what it leaves
+// out), built as fencerun-etcd is. It only holds: P7's hold row against it
+// says how far fencerun's hold is from that floor.
+func (h *harness) etcdFloorTool(url string) *tool {
+	bin, err := h.buildStatic("./bench/etcdfloor", "etcdfloor", "-tags", "grpcnotrace")
+	t := &tool{name: "Go floor, bench/etcdfloor", err: err, shared: true}
+	t.argv = func(l lockSpec, cmd ...string) []string {
+		ttl := max(l.ttl, 2*time.Second)
+		secs := strconv.FormatInt(int64((ttl+time.Second-1)/time.Second), 10)
+		return append([]string{bin, url, l.key, secs}, cmd...)
+	}
+	return t
 }
 
 // buildEtcdctl builds the current etcdctl at the version of fencerun's own
@@ -228,8 +247,10 @@ func (e *etcdBench) pair() pair {
 
 // etcdHold is P7's hold: CPU (P4's etcd goal) and peak RSS (P7's).
 func (h *harness) etcdHold(e *etcdBench) holdSet {
+	pr := e.pair()
+	pr.floor = e.floor
 	return holdSet{
-		pr: e.pair(), cpuID: "P7", rssID: "P7",
+		pr: pr, cpuID: "P7", rssID: "P7",
 		cpuFigure: fmt.Sprintf("CPU of the wrapper, %s hold (fencerun --ttl %s; etcdctl its default session TTL, 10 s), start-up included", human(h.cfg.Hold), human(h.cfg.HoldTTL)),
 		cpu:       atMost(0.050, seconds), rss: atMost(20<<20, bytes),
 	}

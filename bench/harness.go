@@ -247,13 +247,13 @@ func (h *harness) buildFloor() (string, error) {
 }
 
 // buildStatic builds the package pkg of the module into the work
-// directory as name. Static, as just build makes fencerun: with a C
+// directory as name, with flags given to go build. Static, as just build makes fencerun: with a C
 // compiler at hand go build links libc for package net, and the dynamic
 // loader costs every start about 0.8 ms of CPU here (go run ./bench
 // outside just bench).
-func (h *harness) buildStatic(pkg, name string) (string, error) {
+func (h *harness) buildStatic(pkg, name string, flags ...string) (string, error) {
 	bin := filepath.Join(h.work, name)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd := exec.Command("go", append(append([]string{"build", "-o", bin}, flags...), pkg)...)
 	cmd.Dir = h.cfg.Root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
