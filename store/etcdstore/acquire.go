@@ -294,6 +294,22 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 		if afterTake != nil {
 			afterTake(a.key, l != nil)
 		}
+		var u unanswered
+		if errors.As(err, &u) && a.leaseMayLive() {
+			// A leader election, a member lost: the place in the queue
+			// is still ours while the lease lives, so take again.
+			s.log.Debug("the take got no answer; taking again while the lease lives", "key", a.key, "error", u.err)
+			select {
+			case <-time.After(retryBreath):
+			case <-ctx.Done():
+				return nil, nil, fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
+			}
+			before = nil
+			continue
+		}
+		if errors.As(err, &u) {
+			err = u.err
+		}
 		if l != nil || err != nil {
 			return l, nil, err
 		}
@@ -309,9 +325,9 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 // (E2: the deadline counts from the send time of the last successful
 // keep-alive), so that the take sends none of its own (P7). A failed one
 // is retried after a quarter of that, and tells the wait (trouble), whose
-// take then finds a lease that is gone, or fails on a cluster that does
-// not answer (E6: 125 naming the endpoint and the cause, after
-// --dial-timeout).
+// take then finds a lease that is gone, or, on a cluster that does not
+// answer, takes again until the last keep-alive's term is over and then
+// fails (E6: 125 naming the endpoint and the cause).
 func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 	ka := keepAlives{s: a.s, id: a.id}
 	defer ka.drop()
@@ -347,6 +363,26 @@ func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 			next = every / 4 // soon, but not a busy loop on a dead cluster
 		}
 	}
+}
+
+// unanswered is a take's error that says nothing of the lease: the
+// cluster did not answer (no leader, a member gone, a timeout).
+type unanswered struct{ err error }
+
+func (u unanswered) Error() string { return u.err.Error() }
+
+// retryBreath is the pause before a wait reads again after the cluster
+// did not answer, so that one without a leader is not hammered.
+const retryBreath = 100 * time.Millisecond
+
+// leaseMayLive reports whether the waiter's lease is still within the
+// term of its last keep-alive (counted from its send time, so it has not
+// expired unless revoked). Past it, a wait that the cluster does not
+// answer gives up (E6), as its place in the queue may be gone.
+func (a *acquirer) leaseMayLive() bool {
+	a.keptMu.Lock()
+	defer a.keptMu.Unlock()
+	return a.claim.Clock()-a.kept.Start < a.kept.TTL
 }
 
 // troubled tells the wait that a keep-alive failed, once until it reads.
@@ -449,13 +485,19 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 	stamps.Mark("etcd.take.txn")
 	kerr := <-kept
 	if err != nil {
-		return nil, nil, s.fail("take "+a.myKey, orCause(ctx, err))
+		if ctx.Err() != nil {
+			return nil, nil, s.fail("take "+a.myKey, context.Cause(ctx))
+		}
+		return nil, nil, unanswered{s.fail("take "+a.myKey, err)}
 	}
 	if resp.Succeeded {
 		if kerr != nil {
 			// Held, but with no term to start the keeper from: give it
-			// back (Acquire revokes the lease).
-			return nil, nil, s.fail("keep the lease alive", orCause(ctx, kerr))
+			// back (Acquire revokes the lease), or take again.
+			if ctx.Err() != nil || errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
+				return nil, nil, s.fail("keep the lease alive", orCause(ctx, kerr))
+			}
+			return nil, nil, unanswered{s.fail("keep the lease alive", kerr)}
 		}
 		a.term = term
 		l, _, err := a.held(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)

@@ -35,6 +35,9 @@
 //   - After waiting, a holder checks in one transaction that its own key
 //     still exists with its create revision (etcd#11456: a lease that
 //     expired while waiting) before it reports the lease held.
+//   - A waiter keeps its place through a leader election or a lost
+//     member: a read that gets no answer is made again while its lease is
+//     within the term of its last keep-alive; past that it fails (E6).
 //   - Leftovers: a contender records its marker, cgroup and host in a side
 //     key with no lease, with its contender key (a waiter's marked queued:
 //     so its take writes nothing before its command starts), deleted when

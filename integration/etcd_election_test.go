@@ -1,0 +1,94 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencerun/fencerun/internal/testsupport"
+	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
+)
+
+// A waiter lives through its cluster's leader elections: each round here
+// takes the leader of a 3-member cluster away (SIGKILL and restart, or
+// SIGSTOP and SIGCONT) until the others elect a new one, several times,
+// so that the waiter's keep-alives (every TTL/3 = 2 s) and the reads they
+// trigger meet elections. Quorum stays, and an election (about a second:
+// election timeout 1 s) is well inside the waiter's term, so giving up
+// (125) would be wrong: the waiter must still be queued after every
+// round, and take the key once the holder (a lock of the test's) lets go. Before, a take that
+// met an election failed the wait at once ("leader changed", or no
+// answer within --dial-timeout).
+func TestEtcdWaiterLivesThroughLeaderElections(t *testing.T) {
+	for _, how := range []string{"killed", "paused"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			waiterThroughElections(t, how)
+		})
+	}
+}
+
+func waiterThroughElections(t *testing.T, how string) {
+	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	eps, cl := c.Endpoints(), c.Client()
+	dir := t.TempDir()
+	// The holder is a lock key on a lease of the test's own, as etcdctl
+	// lock puts one: no keep-alive to lose through the elections (its
+	// TTL outlasts the test), so the waiter is all that is tested.
+	ctx := context.Background()
+	g, err := cl.Grant(ctx, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Revoke(context.Background(), g.ID) })
+	if _, err := cl.Put(ctx, fmt.Sprintf("le/%x", int64(g.ID)), "", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter's TTL leaves room for an election and the client's
+	// failover inside a term (as the holder's in
+	// TestEtcdClusterLosesLeaderThenQuorum).
+	w := onEtcd(t, eps, "run", "--key", "le", "--ttl", "6", "--name", "waiter", "--", "sh", "-c", holderScript, "sh", dir, "w")
+	wlog := startLogged(t, w, dir, "waiter")
+	waitContenders(t, cl, "le", 2)
+	exited := make(chan error, 1)
+	go func() { exited <- w.Wait() }()
+
+	for round := range 4 {
+		lead := leader(t, c, cl, nil)
+		m := c.Members[lead]
+		if how == "killed" {
+			m.Kill()
+		} else {
+			m.Pause()
+		}
+		leader(t, c, cl, map[int]bool{lead: true}) // a new one is elected
+		if how == "killed" {
+			m.Restart(t)
+			c.WaitReady(m)
+		} else {
+			m.Resume()
+		}
+		leader(t, c, cl, nil) // all three agree on one again
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(wlog)
+			t.Fatalf("round %d: the waiter gave up (%v) through a leader election that kept quorum:\n%s", round, err, b)
+		default:
+		}
+	}
+	if _, err := cl.Revoke(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(dir, "w.started"))
+	if err := os.WriteFile(filepath.Join(dir, "w.go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := testsupport.ExitCode(t, <-exited); code != 0 {
+		b, _ := os.ReadFile(wlog)
+		t.Errorf("waiter exited %d after the holder let go\n%s", code, b)
+	}
+}
