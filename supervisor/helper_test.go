@@ -47,6 +47,7 @@ func TestMain(m *testing.M) {
 //	trap            say "ready PID" to $INBOX, then "usr1 PID" on SIGUSR1, and exit
 //	record          say "ready PID", then "SIGNAL PID" for each signal of forwarded
 //	ignore-term     ignore SIGTERM, say "ready PID", and live
+//	sigign          print the ignored signals read at init and SigIgn now
 func helper(mode string, args []string) int {
 	switch mode {
 	case "run", "pty", "pty-bg":
@@ -102,6 +103,10 @@ func helper(mode string, args []string) int {
 		for sig := range c {
 			say("%v %d", sig, os.Getpid())
 		}
+	case "sigign":
+		// What this package read at init, and SigIgn now.
+		fmt.Printf("%x %x\n", ignoredAtStart, readStatusSigIgn())
+		return 0
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		say("ready %d", os.Getpid())
