@@ -337,7 +337,8 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 	}
 	// The fence is durable in its reservation; the record need not be
 	// (internal/fences): one write in place.
-	err = writeRecord(a.kd, cur, &next)
+	data := next.marshal()
+	err = a.kd.WriteSlotted(leaseFile, cur, data, false)
 	var record keptFile
 	if err == nil {
 		// Open for the renewals too, under the guard: the file we wrote.
@@ -389,6 +390,12 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		left:    left,
 		guard:   guard,
 		record:  record,
+		// The record just written, so that the lease's first own read
+		// (the first renewal, or the release of a short run) does not
+		// decode it again: encoding/json's first decode of a record in a
+		// process was 0.2-0.3 ms of CPU (readOwn; P1, P4).
+		wrote:     next.clone(),
+		wroteData: data,
 	}
 	l.notify = n
 	l.held = c
