@@ -44,6 +44,18 @@ type Slotted struct {
 // earlier fencerun wrote by temporary file and rename: it is read as it is,
 // and the next write makes it a slotted file.
 func ParseSlotted(raw []byte, path string) (Slotted, error) {
+	return parseSlotted(raw, path, Known{})
+}
+
+// Known is the slot a writer in place last wrote, and its bytes as
+// slots.Encode made them (WriteSlottedFD), for its next ReadSlottedFD
+// (slots.ParseKnown). The zero Known knows nothing.
+type Known struct {
+	Slot int
+	Enc  []byte
+}
+
+func parseSlotted(raw []byte, path string, known Known) (Slotted, error) {
 	s := Slotted{Raw: raw, Exists: true}
 	if trimmed := bytes.TrimSpace(raw); len(trimmed) == 0 {
 		return s, fmt.Errorf("%w: %s is empty", store.ErrCorrupt, path)
@@ -51,7 +63,13 @@ func ParseSlotted(raw []byte, path string) (Slotted, error) {
 		s.Data = trimmed
 		return s, nil
 	}
-	f, err := slots.Parse(raw)
+	var f slots.File
+	var err error
+	if known.Enc != nil {
+		f, err = slots.ParseKnown(raw, known.Slot, known.Enc)
+	} else {
+		f, err = slots.Parse(raw)
+	}
 	if err != nil {
 		return s, fmt.Errorf("%w: %s %s", store.ErrCorrupt, path, describeSlotError(err))
 	}
@@ -111,7 +129,8 @@ func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) e
 		return err
 	}
 	defer unix.Close(fd)
-	return d.writeSlotIn(fd, name, cur, data, durable)
+	_, err = d.writeSlotIn(fd, name, cur, data, durable)
+	return err
 }
 
 // InPlace reports whether WriteSlotted over cur writes data in place, into
@@ -122,28 +141,30 @@ func (cur Slotted) InPlace(data []byte) bool {
 }
 
 // WriteSlottedFD is WriteSlotted through fd, the file OpenSlotted opened
-// (and the caller closes): one open for a holder's read and write.
-func (d Dir) WriteSlottedFD(fd int, name string, cur Slotted, data []byte) error {
+// (and the caller closes): one open for a holder's read and write. A
+// write in place says which slot it wrote and with what bytes, for the
+// writer's next ReadSlottedFD; a file made whole, nothing.
+func (d Dir) WriteSlottedFD(fd int, name string, cur Slotted, data []byte) (Known, error) {
 	if !cur.InPlace(data) {
-		return d.WriteSlotted(name, cur, data, false)
+		return Known{}, d.WriteSlotted(name, cur, data, false)
 	}
 	return d.writeSlotIn(fd, name, cur, data, false)
 }
 
 // writeSlotIn writes data in place into the older slot of the file open
 // as fd, which held cur and has room for data.
-func (d Dir) writeSlotIn(fd int, name string, cur Slotted, data []byte, durable bool) error {
+func (d Dir) writeSlotIn(fd int, name string, cur Slotted, data []byte, durable bool) (Known, error) {
 	path := d.Join(name)
-	slot := 1 - cur.Slot
-	if err := WriteSlotAt(fd, path, slots.Encode(data, cur.Seq+1, cur.Size), int64(slot*cur.Size)); err != nil {
-		return err
+	known := Known{Slot: 1 - cur.Slot, Enc: slots.Encode(data, cur.Seq+1, cur.Size)}
+	if err := WriteSlotAt(fd, path, known.Enc, int64(known.Slot*cur.Size)); err != nil {
+		return Known{}, err
 	}
 	if durable {
 		if err := unix.Fdatasync(fd); err != nil {
-			return fmt.Errorf("write %s: fsync: %w", path, err)
+			return Known{}, fmt.Errorf("write %s: fsync: %w", path, err)
 		}
 	}
-	return nil
+	return known, nil
 }
 
 // OpenSlotted is ReadSlotted that keeps the file open, for reading and
@@ -170,13 +191,14 @@ func (d Dir) OpenSlotted(name string) (fd int, s Slotted, err error) {
 // reading), size bytes long as a stat of it said: a file kept open for
 // many reads is read with one pread, into buf's space where it has room
 // (ReadSizedInto). The Slotted's Data and Raw are buf's bytes then, good
-// until the next read into it.
-func (d Dir) ReadSlottedFD(buf []byte, fd int, name string, size int64) (Slotted, error) {
+// until the next read into it. known is what the caller's last
+// WriteSlottedFD to the file said, if anything (slots.ParseKnown).
+func (d Dir) ReadSlottedFD(buf []byte, fd int, name string, size int64, known Known) (Slotted, error) {
 	raw, err := ReadSizedInto(buf, fd, d.Join(name), size)
 	if err != nil {
 		return Slotted{}, err
 	}
-	return ParseSlotted(raw, d.Join(name))
+	return parseSlotted(raw, d.Join(name), known)
 }
 
 // ReadSlotted reads the record file name in d. A missing file gives an

@@ -55,6 +55,9 @@ type Lease struct {
 	guard, record keptFile
 	// readBuf is the record's last read, whose space the next one reuses.
 	readBuf []byte
+	// known is the slot this lease last wrote in place, and its bytes,
+	// which its next read need not check again (slots.ParseKnown).
+	known statefs.Known
 	// held: the key directory and live as open, looked at once (stillThere).
 	heldDir, heldLive statefs.FileID
 	heldKnown         bool
@@ -216,7 +219,7 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	data := rec.marshal()
 	l.wroteData = nil
 	inPlace := cur.InPlace(data)
-	err = l.kd.WriteSlottedFD(l.record.fd, leaseFile, cur, data)
+	l.known, err = l.kd.WriteSlottedFD(l.record.fd, leaseFile, cur, data)
 	if !inPlace {
 		// Made whole under a new inode (WriteAtomic), or left as it was
 		// if that failed: which file the name is now is the lease's own.
@@ -295,7 +298,7 @@ func (l *Lease) readKept(size int64) (record, statefs.Slotted, error) {
 		}
 		l.record = f
 	}
-	f, err := l.kd.ReadSlottedFD(l.readBuf, l.record.fd, leaseFile, size)
+	f, err := l.kd.ReadSlottedFD(l.readBuf, l.record.fd, leaseFile, size, l.known)
 	l.readBuf = f.Raw // nothing keeps the bytes past this operation
 
 	return l.recordOf(f, err)
