@@ -210,6 +210,7 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	// SIGPIPE caught, the write only fails, and the logger drops it
 	// (quietWriter). The command gets SIGPIPE's default back at exec.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	stamps.Mark("signals")
 
 	ticks, err := g.listenTicks(g.log.Named("tick"))
 	if err != nil {
@@ -233,7 +234,11 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 // for work (P4, docs/DESIGN.md). The command's environment is not changed.
 // It is called onePAfter the command started: the switch stops the world,
 // 0.3 ms of CPU here, which a short run (P1, P2) must not pay.
-func holdOnOneProc() { runtime.GOMAXPROCS(1) }
+func holdOnOneProc() {
+	stamps.Mark("onep")
+	runtime.GOMAXPROCS(1)
+	stamps.Mark("onep.done")
+}
 
 const onePAfter = time.Second
 
