@@ -1,7 +1,9 @@
 package fences
 
 import (
+	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -275,6 +277,39 @@ func TestAUsedUpReservationIsRepairedToOneWithFencesLeft(t *testing.T) {
 		}
 		if err := c.Problem(); err != nil {
 			t.Fatalf("%s: Problem after the repair: %v", content, err)
+		}
+	}
+}
+
+// The counter and the reservation are encoded by hand as encoding/json
+// encodes them, byte for byte, over random numbers and boot ids, plain
+// and not (those go to encoding/json itself).
+func TestMarshalIsJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	boots := []string{"", "0f6b3c2e-8d4a-4c1e-9b7a-2f5d6e8a1c3b", `a"b`, `back\slash`, "<&>", "tab\there", "é", "\x7f", "\x00"}
+	num := func() uint64 {
+		switch r.IntN(3) {
+		case 0:
+			return uint64(r.IntN(100))
+		case 1:
+			return r.Uint64()
+		}
+		return r.Uint64() >> r.IntN(64)
+	}
+	for i := range 5000 {
+		boot := boots[i%len(boots)]
+		n := counter{Schema: r.IntN(3) - 1, Next: num(), Reserved: num(), Boot: boot}
+		want, _ := json.Marshal(n)
+		if got := n.marshal(); string(got) != string(want) {
+			t.Fatalf("counter %+v: %s, encoding/json %s", n, got, want)
+		}
+		res := reservation{Schema: r.IntN(3) - 1, Reserved: num(), Boot: boot}
+		if r.IntN(4) == 0 {
+			res.Fence = num()
+		}
+		want, _ = json.Marshal(res)
+		if got := res.marshal(); string(got) != string(want) {
+			t.Fatalf("reservation %+v: %s, encoding/json %s", res, got, want)
 		}
 	}
 }

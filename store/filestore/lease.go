@@ -61,6 +61,7 @@ type Lease struct {
 	// held: the key directory and live as open, looked at once (stillThere).
 	heldDir, heldLive statefs.FileID
 	heldKnown         bool
+	keyPath           string // the key directory's path, by which it is looked at
 }
 
 // keptFile is a file of the key's directory that a lease keeps open for
