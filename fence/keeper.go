@@ -205,10 +205,28 @@ func (k *Keeper) Run(ctx context.Context) error {
 	// One goroutine runs the store operations, one at a time, for the
 	// whole run: a goroutine made per renewal, and its stack grown anew
 	// each time, was a tenth of a holder's CPU (P4).
-	ops := make(chan func(), 1)
+	// What it runs comes as a request, not a closure made per operation:
+	// no allocation a renewal (P4).
+	type request struct {
+		kind string
+		sent time.Duration
+		op   func(ctx context.Context) (store.Term, store.Request, error)
+	}
+	ops := make(chan request, 1)
 	go func() {
-		for op := range ops {
-			op()
+		for r := range ops {
+			term, req, err := r.op(ctx)
+			// Only when traced: the clock is a system call (CLOCK_BOOTTIME
+			// has no vDSO path in Go), and the fields are built before
+			// hclog looks at the level (P4).
+			switch {
+			case !k.log.IsTrace():
+			case err != nil:
+				k.log.Trace("store call", "call", r.kind, "took", logfield.Duration(k.clock.Now()-r.sent), "error", err)
+			default:
+				k.log.Trace("store call", "call", r.kind, "took", logfield.Duration(k.clock.Now()-r.sent))
+			}
+			results <- opResult{kind: r.kind, sent: r.sent, term: term, req: req, err: err}
 		}
 	}()
 	defer func() {
@@ -248,20 +266,20 @@ func (k *Keeper) Run(ctx context.Context) error {
 	// of the clock (a system call on CLOCK_BOOTTIME, P4), taken just before.
 	start := func(kind string, sent time.Duration, op func(ctx context.Context) (store.Term, store.Request, error)) {
 		inflight = true
-		ops <- func() {
-			term, req, err := op(ctx)
-			// Only when traced: the clock is a system call (CLOCK_BOOTTIME
-			// has no vDSO path in Go), and the fields are built before
-			// hclog looks at the level (P4).
-			switch {
-			case !k.log.IsTrace():
-			case err != nil:
-				k.log.Trace("store call", "call", kind, "took", logfield.Duration(k.clock.Now()-sent), "error", err)
-			default:
-				k.log.Trace("store call", "call", kind, "took", logfield.Duration(k.clock.Now()-sent))
-			}
-			results <- opResult{kind: kind, sent: sent, term: term, req: req, err: err}
-		}
+		ops <- request{kind: kind, sent: sent, op: op}
+	}
+	// The operations, made once for the run.
+	renew := func(ctx context.Context) (store.Term, store.Request, error) {
+		term, err := k.lease.Renew(ctx)
+		return term, store.RequestNone, err
+	}
+	check := func(ctx context.Context) (store.Term, store.Request, error) {
+		req, err := k.lease.Check(ctx)
+		return store.Term{}, req, err
+	}
+	var tickAt time.Time // the tick the operation in flight writes
+	tick := func(ctx context.Context) (store.Term, store.Request, error) {
+		return store.Term{}, store.RequestNone, k.lease.Tick(ctx, tickAt)
 	}
 	lost := func(err error) error {
 		return &EndError{Reason: Lost, StopBy: expiry - k.margin(), Err: err}
@@ -295,30 +313,22 @@ func (k *Keeper) Run(ctx context.Context) error {
 		}
 		if !inflight && resuming != nil {
 			resumeOp = true
-			start("renew", now, func(ctx context.Context) (store.Term, store.Request, error) {
-				term, err := k.lease.Renew(ctx)
-				return term, store.RequestNone, err
-			})
+			start("renew", now, renew)
 		}
 		if !inflight && !paused {
 			switch {
 			case checkWanted && now >= checkAt:
 				checkWanted = false
-				start("check", now, func(ctx context.Context) (store.Term, store.Request, error) {
-					req, err := k.lease.Check(ctx)
-					return store.Term{}, req, err
-				})
+				start("check", now, check)
 			case now >= nextRenew:
-				start("renew", now, func(ctx context.Context) (store.Term, store.Request, error) {
-					term, err := k.lease.Renew(ctx)
-					return term, store.RequestNone, err
-				})
+				start("renew", now, renew)
 			case tickWanted != nil:
-				t := *tickWanted
+				// Set before the send, read by the worker after it: the
+				// channel orders the two; the next is set only once this
+				// operation's result came back (inflight).
+				tickAt = *tickWanted
 				tickWanted = nil
-				start("tick", now, func(ctx context.Context) (store.Term, store.Request, error) {
-					return store.Term{}, store.RequestNone, k.lease.Tick(ctx, t)
-				})
+				start("tick", now, tick)
 			}
 		}
 		deadline := expiry - k.reserve()

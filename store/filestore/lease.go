@@ -53,6 +53,7 @@ type Lease struct {
 	// open from its first write to its release: a renewal is a flock, a
 	// pread and a pwrite on them, and a stat of each name (stillThere).
 	guard, record keptFile
+	unlockKept    func() // unlocks guard (lockKeptGuard)
 	// readBuf is the record's last read, whose space the next one reuses.
 	readBuf []byte
 	// known is the slot this lease last wrote in place, and its bytes,
@@ -239,7 +240,8 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 		}
 	}
 	l.version = rec.Version
-	l.wrote, l.wroteData = rec.clone(), data
+	// rec is this operation's own (recordOf made it fresh): kept as it is.
+	l.wrote, l.wroteData = rec, data
 	return nil
 }
 
@@ -256,7 +258,10 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 func (l *Lease) lockKeptGuard(ctx context.Context) (func(), error) {
 	switch err := unix.Flock(l.guard.fd, unix.LOCK_EX|unix.LOCK_NB); err {
 	case nil:
-		return func() { unix.Flock(l.guard.fd, unix.LOCK_UN) }, nil
+		if l.unlockKept == nil { // made once, not at each renewal
+			l.unlockKept = func() { unix.Flock(l.guard.fd, unix.LOCK_UN) }
+		}
+		return l.unlockKept, nil
 	case unix.EWOULDBLOCK:
 	default:
 		return nil, fmt.Errorf("filestore: lock %s: %w", l.kd.Join(guardFile), err)
