@@ -178,10 +178,12 @@ func (p *Process) suspend(sig syscall.Signal, cont <-chan os.Signal, k Keeper, f
 		_ = p.Signal(syscall.SIGKILL)
 		return err
 	}
-	// os/signal hands a batch of signals over in increasing order, so those
-	// that came with the SIGCONT (a lower number) are mostly waiting
-	// already; one that another thread took may come later, and JobControl
-	// sees to it if the command stops on the terminal before acting on it.
+	// The signals that came with the SIGCONT (bash's kill: SIGTERM first)
+	// are forwarded before the command runs again: settleSignals waits
+	// for those another thread took. One later still (a thread preempted
+	// in its handler past the bound) JobControl sees to if the command
+	// stops on the terminal before acting on it.
+	settleSignals(cont)
 	if _, err := p.forwardWaiting(forward, ends); err != nil {
 		return err // the run ends: the command is stopped as on any end
 	}
