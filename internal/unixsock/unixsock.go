@@ -52,17 +52,59 @@ func Addr(dirfd int, dir, name string) (string, error) {
 // name once it listens, so that a socket file by its final name is always
 // one that was ready: Stale can tell a dead one from one being bound. The
 // socket file is not removed on close: Remove it.
+//
+// The socket is made, bound and set listening here, then handed to package
+// net: net.ListenUnix reads /proc/sys/net/core/somaxconn first, about 0.1
+// ms of every run's start on this machine (P1, P4). The backlog asked for
+// is net's largest, which the kernel cuts to somaxconn, as net does.
 func ListenStream(dirfd int, dir, name string, mode uint32) (*net.UnixListener, error) {
 	var ln *net.UnixListener
 	err := listen(dirfd, dir, name, mode, func(addr string) (io.Closer, error) {
 		var err error
-		ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
-		if err == nil {
-			ln.SetUnlinkOnClose(false) // addr may name another file by then
-		}
+		ln, err = listenStream(addr)
 		return ln, err
 	})
 	return ln, err
+}
+
+// maxBacklog is the backlog net asks listen(2) for at most.
+const maxBacklog = 1<<16 - 1
+
+// listenStream is net.ListenUnix("unix", addr), without net's read of
+// somaxconn, the errors as net's would read. The listener does not remove
+// the socket file on close: addr may name another file by then.
+func listenStream(addr string) (*net.UnixListener, error) {
+	fail := func(call string, err error) error {
+		return &net.OpError{Op: "listen", Net: "unix", Addr: &net.UnixAddr{Name: addr, Net: "unix"}, Err: os.NewSyscallError(call, err)}
+	}
+	// Blocking here, so that os.NewFile below does not add it to the
+	// poller only for FileListener to take it out again; net makes its
+	// own copy non-blocking.
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fail("socket", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: addr}); err != nil {
+		unix.Close(fd)
+		return nil, fail("bind", err)
+	}
+	if err := unix.Listen(fd, maxBacklog); err != nil {
+		unix.Close(fd)
+		return nil, fail("listen", err)
+	}
+	f := os.NewFile(uintptr(fd), addr)
+	l, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	ln, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("unixsock: listen on %s: not a unix socket", addr)
+	}
+	ln.SetUnlinkOnClose(false)
+	return ln, nil
 }
 
 // ListenPacket binds a datagram socket as ListenStream binds a stream one.
@@ -258,9 +300,8 @@ const (
 )
 
 func takeClaim(name string) (c *Claim, uid, pid int, err error) {
-	addr := &net.UnixAddr{Name: "@" + name, Net: "unix"}
 	claims.Lock()
-	ln, err := net.ListenUnix("unix", addr)
+	ln, err := listenStream("@" + name)
 	if err == nil {
 		claims.held[name] = true
 		claims.Unlock()
