@@ -111,8 +111,11 @@ func WriteSlotAt(fd int, path string, b []byte, off int64) error {
 // WriteSlotted writes data as the record file name in d, which held cur
 // when it was read under the caller's lock. It writes the older slot in
 // place; a file that is missing, not yet slotted or too small for data is
-// made whole instead, by WriteAtomic, durably: a power cut must not leave
-// a new name empty. With durable the in-place write is fsynced too.
+// made whole instead, by WriteAtomic, its data durable before the rename:
+// a power cut must not leave a new name empty. With durable the rename is
+// made durable too (the directory fsynced), and the in-place write is
+// fsynced; without, a crash may lose the rename, and the name then keeps
+// the file it named before, or none (docs/DESIGN.md, "Writes in place").
 // Errors name the path and the cause.
 func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) error {
 	path := d.Join(name)
@@ -121,7 +124,7 @@ func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) e
 		if err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
-		_, err = d.WriteAtomic(name, f, WriteOpts{Durable: true})
+		_, err = d.WriteAtomic(name, f, WriteOpts{Durable: true, DataOnly: !durable})
 		return err
 	}
 	fd, err := d.OpenFile(name, unix.O_WRONLY)

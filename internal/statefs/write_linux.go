@@ -31,6 +31,12 @@ type WriteOpts struct {
 	// auto_da_alloc flushes a file renamed over an existing name; others
 	// need not). The callers say which writes need it.
 	Durable bool
+	// DataOnly, with Durable, fsyncs the file before the rename but not
+	// the directory after it: a crash may then lose the rename (the name
+	// keeps the file it named before, or none), never leave the name on a
+	// file whose data is not on disk. For files whose loss in a crash
+	// costs nothing but whose emptiness would read as corrupt.
+	DataOnly bool
 	// Locked takes flock(LOCK_EX) on the file before it becomes visible and
 	// returns its descriptor still open and locked.
 	Locked bool
@@ -98,7 +104,7 @@ func (d Dir) WriteAtomic(name string, data []byte, o WriteOpts) (fd int, err err
 	if err := unix.Renameat2(d.FD, tmp, d.FD, name, flags); err != nil {
 		return fail("rename", err)
 	}
-	if o.Durable {
+	if o.Durable && !o.DataOnly {
 		if err := unix.Fsync(d.FD); err != nil {
 			unix.Close(fd)
 			return -1, fmt.Errorf("write %s: fsync directory: %w", path, err)
