@@ -29,7 +29,11 @@ func startHolder(t *testing.T, s *sandbox, key string) (release func()) {
 	}
 }
 
-var waitLine = regexp.MustCompile(`\rfencerun: waiting for k: held by nightly \(pid \d+ on [^,]+, reason: report 7\) for \d+s; position 1 of 1 in the queue; \d+s left\x1b\[K`)
+// waitLine is the waiting line of TestWaitingLine's wait, its durations
+// as Go prints them: the first says "1m0s left" (a -w 60 with under half
+// a second gone), and the line matched only from "59s" on, half a second
+// later, which under load made the within-a-second check fail.
+var waitLine = regexp.MustCompile(`\rfencerun: waiting for k: held by nightly \(pid \d+ on [^,]+, reason: report 7\) for (\d+m)?\d+s; position 1 of 1 in the queue; (\d+m)?\d+s left\x1b\[K`)
 
 func TestWaitingLine(t *testing.T) {
 	t.Parallel()
