@@ -27,7 +27,9 @@
 //     two checksummed slots (WriteSlotted, format internal/slots), so that
 //     a reader never sees half a write and a write cut at any byte leaves
 //     the file before it readable. Durable writes fsync the file and the
-//     directory.
+//     directory; durable-data writes (WriteOpts.DataOnly, a record's
+//     first whole write) the file only, so that a crash may lose the
+//     rename but never leave the name on an empty file.
 //   - Files are read whole, bounded (MaxFileSize): anything larger is not
 //     fencerun's and is store.ErrCorrupt.
 //
