@@ -233,10 +233,12 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 // the next, and with a second P each hand-off woke another thread to spin
 // for work (P4, docs/DESIGN.md). The command's environment is not changed.
 // It is called onePAfter the command started: the switch stops the world,
-// 0.3 ms of CPU here, which a short run (P1, P2) must not pay.
+// 0.3 ms of CPU here, which a short run (P1, P2) must not pay. The threads
+// are bound to one CPU then too (pinToThisCPU).
 func holdOnOneProc() {
 	stamps.Mark("onep")
 	runtime.GOMAXPROCS(1)
+	pinToThisCPU()
 	stamps.Mark("onep.done")
 }
 
