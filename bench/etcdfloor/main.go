@@ -51,6 +51,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+
+	"github.com/fencerun/fencerun/internal/onecpu"
 )
 
 // reserve is how long before the lease's expiry the command is killed
@@ -141,10 +143,14 @@ func hold(endpoint, key string, ttl int64, argv []string) int {
 	if err := cmd.Start(); err != nil {
 		return fail("start", err)
 	}
-	// The hold on one P, as fencerun's (internal/cli holdOnOneProc): with
-	// two, each of a renewal's goroutine hand-offs woke a second thread
-	// (42.3 against 49.1 ms for a 60 s hold at TTL 3 s).
+	// The hold on one P and one CPU, as fencerun's (internal/cli
+	// holdOnOneProc): with two Ps each of a renewal's goroutine hand-offs
+	// woke a second thread (42.3 against 49.1 ms for a 60 s hold at TTL
+	// 3 s), and with the threads free to move each wake-up went to another
+	// CPU (docs/DESIGN.md, the third etcd pass). The command, started
+	// already, keeps its CPUs.
 	runtime.GOMAXPROCS(1)
+	onecpu.Bind()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

@@ -20,6 +20,7 @@ import (
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/fenced"
 	"github.com/fencerun/fencerun/internal/duration"
+	"github.com/fencerun/fencerun/internal/onecpu"
 	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
@@ -234,11 +235,11 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 // for work (P4, docs/DESIGN.md). The command's environment is not changed.
 // It is called onePAfter the command started: the switch stops the world,
 // 0.3 ms of CPU here, which a short run (P1, P2) must not pay. The threads
-// are bound to one CPU then too (pinToThisCPU).
+// are bound to one CPU then too (package onecpu), for the same reason.
 func holdOnOneProc() {
 	stamps.Mark("onep")
 	runtime.GOMAXPROCS(1)
-	pinToThisCPU()
+	onecpu.Bind()
 	stamps.Mark("onep.done")
 }
 
