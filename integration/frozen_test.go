@@ -20,47 +20,8 @@ import (
 // happens.
 func TestFrozenStateFileSystem(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a loop device and freeze it")
-	}
-	for _, tool := range []string{"mkfs.ext4", "fsfreeze", "mount"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s: %v", tool, err)
-		}
-	}
 	s := newSandbox(t)
-	img, mnt := s.path("fs.img"), s.path("mnt")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img, "8M").CombinedOutput(); err != nil {
-		t.Skipf("mkfs.ext4: %v: %s", err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a loop device here: %v: %s", err, out)
-	}
-	var thawOnce sync.Once
-	thaw := func() {
-		thawOnce.Do(func() {
-			if out, err := exec.Command("fsfreeze", "-u", mnt).CombinedOutput(); err != nil {
-				t.Errorf("fsfreeze -u: %v: %s", err, out)
-			}
-		})
-	}
-	// Cleanups run last-in first-out: thaw before the unmount, and both
-	// before the sandbox's own cleanup (registered first) kills what is left.
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-d", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v: %s", err, out)
-		}
-	})
-	frozen := false
-	t.Cleanup(func() {
-		if frozen {
-			thaw()
-		}
-	})
-	s.state = filepath.Join(mnt, "state")
+	_, freeze, thaw := frozenState(t, s)
 
 	// The tree ignores the stop signal and the grace is far longer than the
 	// TTL: only the SIGKILL at the keeper's StopBy ends it in time.
@@ -70,10 +31,7 @@ func TestFrozenStateFileSystem(t *testing.T) {
 	s.waitHeld("frz")
 	expires := leaseExpiry(s.state, "frz")
 
-	if out, err := exec.Command("fsfreeze", "-f", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("fsfreeze -f: %v: %s", err, out)
-	}
-	frozen = true
+	freeze()
 	at := time.Now()
 	died := waitGoneTimed(t, at, pids...)
 	// The record read before the freeze may be a renewal older than the
@@ -94,4 +52,91 @@ func TestFrozenStateFileSystem(t *testing.T) {
 	if code := s.run("next", "run", "--key", "frz", "-n", "--", "true"); code != 0 {
 		t.Errorf("the next run after the thaw: exit %d, want 0 (the key released)", code)
 	}
+}
+
+// frozenState gives s a state root on an ext4 of its own, on a loop
+// device, and says how to freeze and thaw it; cleanup thaws it (if
+// frozen) and unmounts it, before the sandbox's own cleanup.
+func frozenState(t *testing.T, s *sandbox) (mnt string, freeze, thaw func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a loop device and freeze it")
+	}
+	for _, tool := range []string{"mkfs.ext4", "fsfreeze", "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s: %v", tool, err)
+		}
+	}
+	img := s.path("fs.img")
+	mnt = s.path("mnt")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img, "8M").CombinedOutput(); err != nil {
+		t.Skipf("mkfs.ext4: %v: %s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a loop device here: %v: %s", err, out)
+	}
+	// Cleanups run last-in first-out: thaw before the unmount, and both
+	// before the sandbox's own cleanup (registered first) kills what is left.
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", "-d", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount: %v: %s", err, out)
+		}
+	})
+	var mu sync.Mutex
+	frozen := false
+	thaw = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if frozen {
+			frozen = false
+			if out, err := exec.Command("fsfreeze", "-u", mnt).CombinedOutput(); err != nil {
+				t.Errorf("fsfreeze -u: %v: %s", err, out)
+			}
+		}
+	}
+	t.Cleanup(thaw)
+	freeze = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if out, err := exec.Command("fsfreeze", "-f", mnt).CombinedOutput(); err != nil {
+			t.Fatalf("fsfreeze -f: %v: %s", err, out)
+		}
+		frozen = true
+	}
+	s.state = filepath.Join(mnt, "state")
+	return mnt, freeze, thaw
+}
+
+// Ctrl-Z, the state root frozen, then fg: fencerun asks the store before
+// the command may run again (S7), and the store does not answer (the
+// renewal's write sleeps until the thaw). The command must not run again,
+// and is killed once the lease counts as lost; fg returns 76 once the file
+// system thaws and fencerun can release.
+func TestJobControlFgOnAFrozenStore(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	_, freeze, thaw := frozenState(t, s)
+	p := startShell(t, s)
+	p.run("set -b")
+	p.typ(strings.Replace(beating, "--key jc2", "--key jf --ttl 3s", 1) + "\n")
+	p.waitOutput("ready")
+	cmd := readPids(s.path("cmd.pid"))[0]
+	beats(t, s)
+	p.typ("\x1a")
+	p.waitPrompt()
+	if st := procState(cmd); st != 'T' {
+		t.Fatalf("after Ctrl-Z the command's state is %c, want T", st)
+	}
+	stopped, _ := os.ReadFile(s.path("beat"))
+	freeze()
+	p.typ("fg; echo \"exit:$?\"\n")
+	waitGone(t, cmd)
+	if now, _ := os.ReadFile(s.path("beat")); string(now) != string(stopped) {
+		t.Errorf("the command ran again on fg while its store did not answer: beat %q -> %q", stopped, now)
+	}
+	thaw()
+	p.waitOutput("exit:76")
 }
