@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -90,5 +91,35 @@ func waiterThroughElections(t *testing.T, how string) {
 	if code := testsupport.ExitCode(t, <-exited); code != 0 {
 		b, _ := os.ReadFile(wlog)
 		t.Errorf("waiter exited %d after the holder let go\n%s", code, b)
+	}
+}
+
+// A waiter whose cluster lost its quorum while its lease may still live
+// waits on for it, but no longer than its --wait: at -w it gives up as
+// any wait that ran out does (75, naming -w), not with the cluster's
+// error (125), which is for a wait that outlived its lease's term.
+func TestEtcdWaiterWithoutQuorumEndsAtItsWait(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	eps, cl := c.Endpoints(), c.Client()
+	ctx := context.Background()
+	g, err := cl.Grant(ctx, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Put(ctx, fmt.Sprintf("wq/%x", int64(g.ID)), "", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	// The term (TTL 10 s from a keep-alive at most 3.3 s old when the
+	// quorum goes) outlasts the wait, which ends 6 s after the waiter
+	// queued; its first keep-alive without quorum fails well before.
+	w := onEtcd(t, eps, "run", "--key", "wq", "--ttl", "10", "-w", "6s", "--dial-timeout", "1s", "--", "true")
+	wlog := startLogged(t, w, t.TempDir(), "waiter")
+	waitContenders(t, cl, "wq", 2)
+	c.Members[0].Kill()
+	c.Members[1].Kill()
+	code := exitOf(t, w)
+	b, _ := os.ReadFile(wlog)
+	if code != 75 || !strings.Contains(string(b), "gave up waiting after 6s") {
+		t.Errorf("the waiter exited %d, want 75 giving up at its -w:\n%s", code, b)
 	}
 }

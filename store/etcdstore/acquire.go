@@ -484,18 +484,20 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 		Commit()
 	stamps.Mark("etcd.take.txn")
 	kerr := <-kept
+	if ctx.Err() != nil && (err != nil || kerr != nil) {
+		// The wait ended (-w, a signal) with the take in flight: its
+		// cause, as where the wait ends between takes.
+		return nil, nil, fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, s.fail("take "+a.myKey, context.Cause(ctx))
-		}
 		return nil, nil, unanswered{s.fail("take "+a.myKey, err)}
 	}
 	if resp.Succeeded {
 		if kerr != nil {
 			// Held, but with no term to start the keeper from: give it
 			// back (Acquire revokes the lease), or take again.
-			if ctx.Err() != nil || errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
-				return nil, nil, s.fail("keep the lease alive", orCause(ctx, kerr))
+			if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
+				return nil, nil, s.fail("keep the lease alive", kerr)
 			}
 			return nil, nil, unanswered{s.fail("keep the lease alive", kerr)}
 		}
