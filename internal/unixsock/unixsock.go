@@ -268,22 +268,28 @@ type Claim struct {
 // is microseconds away on a quiet machine but may be hundreds of
 // milliseconds on a loaded one. Such a name is tried again for up to
 // ownCopySettle, and one whose holder cannot be told (its last descriptor
-// closing as it exits) for up to claimSettle.
+// closing as it exits) for up to claimSettle from when it was first seen
+// so: the copy's own end passes through that state, as its socket is
+// released, after the copy was waited for.
 func TakeClaim(name string) (*Claim, int, error) {
 	start := time.Now()
+	var unknownSince time.Time
 	for {
 		c, uid, pid, err := takeClaim(name)
 		if c != nil || err != nil {
 			return c, uid, err
 		}
-		settle := time.Duration(0)
+		var waited, settle time.Duration
 		switch {
 		case pid == os.Getpid() && !holding(name):
-			settle = ownCopySettle
+			waited, settle = time.Since(start), ownCopySettle
 		case uid < 0:
-			settle = claimSettle
+			if unknownSince.IsZero() {
+				unknownSince = time.Now()
+			}
+			waited, settle = time.Since(unknownSince), claimSettle
 		}
-		if time.Since(start) >= settle {
+		if waited >= settle {
 			return nil, uid, nil
 		}
 		time.Sleep(time.Millisecond)
