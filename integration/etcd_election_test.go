@@ -1,14 +1,10 @@
 package integration
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
@@ -37,18 +33,9 @@ func waiterThroughElections(t *testing.T, how string) {
 	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
 	eps, cl := c.Endpoints(), c.Client()
 	dir := t.TempDir()
-	// The holder is a lock key on a lease of the test's own, as etcdctl
-	// lock puts one: no keep-alive to lose through the elections (its
-	// TTL outlasts the test), so the waiter is all that is tested.
-	ctx := context.Background()
-	g, err := cl.Grant(ctx, 300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Revoke(context.Background(), g.ID) })
-	if _, err := cl.Put(ctx, fmt.Sprintf("le/%x", int64(g.ID)), "", clientv3.WithLease(g.ID)); err != nil {
-		t.Fatal(err)
-	}
+	// The holder is a lock of the test's own, with no keep-alive to lose
+	// through the elections, so the waiter is all that is tested.
+	letGo := holdAsTestLock(t, cl, "le")
 	// The waiter's TTL leaves room for an election and the client's
 	// failover inside a term (as the holder's in
 	// TestEtcdClusterLosesLeaderThenQuorum).
@@ -81,9 +68,7 @@ func waiterThroughElections(t *testing.T, how string) {
 		default:
 		}
 	}
-	if _, err := cl.Revoke(ctx, g.ID); err != nil {
-		t.Fatal(err)
-	}
+	letGo()
 	waitFile(t, filepath.Join(dir, "w.started"))
 	if err := os.WriteFile(filepath.Join(dir, "w.go"), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -101,14 +86,7 @@ func waiterThroughElections(t *testing.T, how string) {
 func TestEtcdWaiterWithoutQuorumEndsAtItsWait(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
 	eps, cl := c.Endpoints(), c.Client()
-	ctx := context.Background()
-	g, err := cl.Grant(ctx, 300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.Put(ctx, fmt.Sprintf("wq/%x", int64(g.ID)), "", clientv3.WithLease(g.ID)); err != nil {
-		t.Fatal(err)
-	}
+	holdAsTestLock(t, cl, "wq")
 	// The term (TTL 10 s from a keep-alive at most 3.3 s old when the
 	// quorum goes) outlasts the wait, which ends 6 s after the waiter
 	// queued; its first keep-alive without quorum fails well before.

@@ -69,6 +69,30 @@ func contenders(t *testing.T, cl *clientv3.Client, key string) int {
 	return int(resp.Count)
 }
 
+// holdAsTestLock holds key on the cluster with a lock of the test's own,
+// as etcdctl lock puts one: a contender key on a lease that outlasts the
+// test (300 s) and is revoked at its end, with no keep-alive to lose
+// through elections or a lost quorum. It returns what lets the key go
+// (the lease's revoke) before the test's end.
+func holdAsTestLock(t *testing.T, cl *clientv3.Client, key string) (letGo func()) {
+	t.Helper()
+	ctx := context.Background()
+	g, err := cl.Grant(ctx, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Revoke(context.Background(), g.ID) })
+	if _, err := cl.Put(ctx, fmt.Sprintf("%s/%x", key, int64(g.ID)), "", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if _, err := cl.Revoke(context.Background(), g.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func waitContenders(t *testing.T, cl *clientv3.Client, key string, n int) {
 	t.Helper()
 	if err := waitFor(func() bool { return contenders(t, cl, key) == n }); err != nil {

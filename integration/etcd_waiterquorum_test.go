@@ -1,14 +1,10 @@
 package integration
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
@@ -26,15 +22,7 @@ func TestEtcdWaiterLosesQuorum(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
 	eps, cl := c.Endpoints(), c.Client()
 	dir := t.TempDir()
-	ctx := context.Background()
-	g, err := cl.Grant(ctx, 300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Revoke(context.Background(), g.ID) })
-	if _, err := cl.Put(ctx, fmt.Sprintf("lq/%x", int64(g.ID)), "", clientv3.WithLease(g.ID)); err != nil {
-		t.Fatal(err)
-	}
+	holdAsTestLock(t, cl, "lq")
 	w := onEtcd(t, eps, "run", "--key", "lq", "--ttl", "3", "--name", "waiter", "--", "sh", "-c", holderScript, "sh", dir, "w")
 	wlog := startLogged(t, w, dir, "waiter")
 	waitContenders(t, cl, "lq", 2)

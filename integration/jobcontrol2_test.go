@@ -37,14 +37,8 @@ func beats(t *testing.T, s *sandbox) {
 // job reaches the command (its trap exits 6).
 func TestJobControlStopFgStopBg(t *testing.T) {
 	t.Parallel()
-	s := newSandbox(t)
-	p := startShell(t, s)
-	p.run("set -b")
-	p.typ(beating + "\n")
-	p.waitOutput("ready")
+	s, p := startBeating(t)
 	cmd := readPids(s.path("cmd.pid"))[0]
-	watchStates(t, s)
-	beats(t, s)
 	for range 2 {
 		p.typ("\x1a")
 		p.waitPrompt()
@@ -75,13 +69,7 @@ func TestJobControlStopFgStopBg(t *testing.T) {
 // with it, as with TERM) ends it with its HUP trap's 7.
 func TestJobControlSignalsOfStoppedJob(t *testing.T) {
 	t.Parallel()
-	s := newSandbox(t)
-	p := startShell(t, s)
-	p.run("set -b")
-	p.typ(beating + "\n")
-	p.waitOutput("ready")
-	watchStates(t, s)
-	beats(t, s) // see stopInVfork
+	s, p := startBeating(t)
 	p.typ("\x1a")
 	p.waitPrompt()
 	p.run("kill -INT %1")
@@ -101,6 +89,22 @@ func TestJobControlSignalsOfStoppedJob(t *testing.T) {
 	if !strings.Contains(p.output(), "hupped") {
 		t.Errorf("the command's HUP trap did not run")
 	}
+}
+
+// startBeating starts an interactive bash on a pty with its job
+// notifications at once (set -b), runs beating in it as a foreground
+// job, and returns once the command beats, so that a Ctrl-Z after it
+// finds the command running, not still starting (see beating).
+func startBeating(t *testing.T) (*sandbox, *shellPty) {
+	t.Helper()
+	s := newSandbox(t)
+	p := startShell(t, s)
+	p.run("set -b")
+	p.typ(beating + "\n")
+	p.waitOutput("ready")
+	watchStates(t, s)
+	beats(t, s)
+	return s, p
 }
 
 // watchStates logs, if the test fails, the states of the command and of
