@@ -54,6 +54,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/jsonstr"
 	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
@@ -137,7 +138,7 @@ func (n counter) marshal() []byte {
 	b = append(b, `,"reserved":`...)
 	b = strconv.AppendUint(b, n.Reserved, 10)
 	b = append(b, `,"boot":`...)
-	b, ok := appendPlain(b, n.Boot)
+	b, ok := jsonstr.AppendPlain(b, n.Boot)
 	if !ok {
 		data, _ := json.Marshal(n)
 		return data
@@ -153,25 +154,12 @@ func (r reservation) marshal() []byte {
 	b = append(b, `,"reserved":`...)
 	b = strconv.AppendUint(b, r.Reserved, 10)
 	b = append(b, `,"boot":`...)
-	b, ok := appendPlain(b, r.Boot)
+	b, ok := jsonstr.AppendPlain(b, r.Boot)
 	if !ok || r.Fence != 0 {
 		data, _ := json.Marshal(r)
 		return data
 	}
 	return append(b, '}')
-}
-
-// appendPlain appends s as a JSON string if it needs no escaping (a boot
-// id: hex digits and dashes); ok is false for any other string.
-func appendPlain(b []byte, s string) ([]byte, bool) {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return b, false
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"'), true
 }
 
 // plan is the fence Take(atLeast) hands out from the counter n, and

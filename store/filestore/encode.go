@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/jsonstr"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -70,14 +71,12 @@ func appendField(b []byte, name, v string, ok *bool) []byte {
 	return appendString(b, v, ok)
 }
 
-// appendString appends s quoted; a byte JSON would escape clears ok.
+// appendString appends s quoted; a byte JSON would escape clears ok (the
+// caller then encodes with encoding/json).
 func appendString(b []byte, s string, ok *bool) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			*ok = false
-		}
-	}
-	return append(append(append(b, '"'), s...), '"')
+	b, plain := jsonstr.AppendPlain(b, s)
+	*ok = *ok && plain
+	return b
 }
 
 // appendTime appends t as time.Time's MarshalJSON does; a year or zone
