@@ -42,7 +42,12 @@ import (
 // What this does not cover: abstract names are per network namespace, so a
 // newcomer in another one does not meet the claim (the holder still stops
 // within a second); and a name held by a user who is not the store's (who
-// could only squat it) is ignored, never waited for.
+// could only squat it) is ignored, never waited for, so that nobody can
+// block a key: a squatter who binds the name before the holder does thus
+// leaves a holder whose files are then moved without its claim, and a
+// newcomer can start beside it until its path check (within a second)
+// stops it. Closing that needs a claim name strangers cannot compute, which
+// a store replaced whole must still lead to: not done.
 
 // pathCheckEvery is how often a holder checks that its files are still
 // where newcomers look.
