@@ -10,8 +10,8 @@ version := `git describe --tags --always --dirty 2>/dev/null || echo devel`
 # gRPC's x/net/trace (html/template, its debug pages) out of fencerun-etcd:
 # 0.4 MB less resident (P7's peak RSS).
 build:
-    CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/fencerun/fencerun/internal/cli.version={{version}}" -o bin/fencerun ./cmd/fencerun
-    CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-X github.com/fencerun/fencerun/internal/cli.version={{version}}" -o bin/fencerun-etcd ./cmd/fencerun-etcd
+    CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/fencerun/fencerun/cmd/internal/cli.version={{version}}" -o bin/fencerun ./cmd/fencerun
+    CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-X github.com/fencerun/fencerun/cmd/internal/cli.version={{version}}" -o bin/fencerun-etcd ./cmd/fencerun-etcd
 
 # Static binaries for linux/amd64 and linux/arm64: dist/fencerun-VERSION-linux-ARCH/
 # holds fencerun, fencerun-etcd (found beside it) and the manual page, and a .tar.gz
@@ -21,7 +21,7 @@ release: man
     for arch in amd64 arm64; do \
         d=dist/fencerun-{{version}}-linux-$arch; mkdir -p $d; \
         for cmd in fencerun fencerun-etcd; do \
-            CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -tags grpcnotrace -ldflags "-s -w -X github.com/fencerun/fencerun/internal/cli.version={{version}}" -o $d/$cmd ./cmd/$cmd; \
+            CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -tags grpcnotrace -ldflags "-s -w -X github.com/fencerun/fencerun/cmd/internal/cli.version={{version}}" -o $d/$cmd ./cmd/$cmd; \
         done; \
         cp docs/fencerun.1 README.md LICENSE CHANGELOG.md $d/; \
         tar -C dist -czf $d.tar.gz $(basename $d); \

@@ -13,7 +13,6 @@ import (
 
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/internal/logfield"
-	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -62,12 +61,10 @@ func (e *startError) Error() string { return e.err.Error() }
 func (e *startError) Unwrap() error { return e.err }
 
 func (c *command) execute(ctx context.Context) error {
-	stamps.Mark("command.execute")
 	defer close(c.gone)
 	if start, err := c.prepare(ctx); !start {
 		return err
 	}
-	stamps.Mark("leftovers.done")
 	p, err := c.cfg.Start(c.lease, c.prep.take())
 	if err != nil {
 		return &startError{err}
@@ -144,7 +141,6 @@ func (c *command) watch(ctx context.Context, p Process) error {
 	for {
 		select {
 		case c.status = <-waited:
-			stamps.Mark("waited")
 			ran := logfield.Duration(c.cfg.Clock.Now() - began)
 			if c.status.Signal != 0 {
 				c.log.Info("command ended", "signal", logfield.Signal(c.status.Signal), "duration", ran)

@@ -3,7 +3,7 @@
 // running, starts the command, keeps the lease while the command runs,
 // stops the command's whole tree when it must, releases, and says how the
 // run ended as a typed Outcome. Mapping an Outcome to an exit code is the
-// caller's (internal/cli/exit.go), and so are flags, the store and the
+// caller's (cmd/internal/cli/exit.go), and so are flags, the store and the
 // messages that describe a holder.
 //
 // A run is one oklog/run group of small actors (actors.go), each an

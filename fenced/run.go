@@ -15,7 +15,6 @@ import (
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/internal/errtext"
 	"github.com/fencerun/fencerun/internal/logfield"
-	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -183,16 +182,13 @@ func Run(ctx context.Context, cfg Config) Outcome {
 	case err != nil:
 		return Outcome{End: Failed, Err: err}
 	}
-	stamps.Mark("fenced.acquired")
 	log := cfg.Logger.With("fence", lease.Fence())
 	keeper, err := fence.New(fence.Config{Lease: lease, TTL: cfg.TTL, Grace: cfg.Grace, Clock: cfg.Clock, Logger: log.Named("fence")})
-	stamps.Mark("keeper.new")
 	if err != nil {
 		_ = lease.Release(ctx)
 		return Outcome{End: Failed, Err: err}
 	}
 	out := supervise(ctx, &cfg, log, lease, keeper, prep)
-	stamps.Mark("tree.gone")
 
 	// Every exit path releases (S8), after the command's processes are gone.
 	relCtx, cancel := context.WithTimeout(ctx, releaseWait(cfg.TTL))
@@ -210,7 +206,6 @@ func Run(ctx context.Context, cfg Config) Outcome {
 	} else {
 		log.Info("released the lease")
 	}
-	stamps.Mark("released")
 	return out
 }
 
@@ -332,7 +327,6 @@ func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.L
 	// runnext), so the start goes before the others' set-up.
 	g.Add(func() error { return cmd.execute(ctx) }, cmd.interrupt)
 	err := g.Run()
-	stamps.Mark("group.done")
 	return outcome(err, keep.err, cmd, cfg, log)
 }
 

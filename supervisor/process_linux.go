@@ -17,7 +17,6 @@ import (
 
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/internal/logfield"
-	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -150,7 +149,6 @@ func (pr *Prepared) prepare() error {
 	if err := setup(); err != nil {
 		return err
 	}
-	stamps.Mark("start.setup")
 	if cfg.Cgroup == "" {
 		return nil
 	}
@@ -159,12 +157,10 @@ func (pr *Prepared) prepare() error {
 	if err != nil {
 		return err
 	}
-	stamps.Mark("cgroup.made")
 	if cfg.Marker != "" {
 		if err := bindCgroup(cfg.Cgroup, cfg.Marker); err != nil && cfg.Logger != nil {
 			cfg.Logger.Debug("could not bind the cgroup to this run; a shared store's next holder will not trust it", "error", err)
 		}
-		stamps.Mark("cgroup.bound")
 	}
 	pr.cg, pr.took = cg, time.Since(t0)
 	return nil
@@ -210,7 +206,6 @@ func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 		return fail(fmt.Errorf("supervisor: marker %q is not in the command's environment", cfg.Marker))
 	}
 	closeOnExec()
-	stamps.Mark("s.cloexec")
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -235,7 +230,6 @@ func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 	if p.clock == nil {
 		p.clock = fence.BootClock{}
 	}
-	stamps.Mark("s.proc")
 	var err error
 	p.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
@@ -247,7 +241,6 @@ func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 		Files: commandFiles(),
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
-	stamps.Mark("s.files")
 	foreground := p.tty >= 0 && inForeground(p.tty)
 	if foreground {
 		p.gaveTerminal.Store(true)
@@ -263,9 +256,7 @@ func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, cg.fd
 		p.log.Debug("cgroup created", "cgroup", cg.path, "took", logfield.Duration(pr.took))
 	}
-	stamps.Mark("s.cg")
 	p.subscribe()
-	stamps.Mark("fork")
 	started := make(chan error)
 	execPath, argv := path, cfg.Argv
 	if activated(env) {
@@ -306,7 +297,6 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 	// never taken for a reparented orphan and reaped from under us.
 	reg.mu.Lock()
 	pid, err := syscall.ForkExec(path, argv, attr)
-	stamps.Mark("forkexec.returned")
 	if err == nil {
 		p.pid = pid
 		if q, err := readProc(pid); err == nil && !p.foreign {
@@ -327,7 +317,6 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 	if err := p.waitExit(pid); err != nil {
 		p.log.Error("waiting for the command", "pid", pid, "error", err)
 	}
-	stamps.Mark("exited")
 	close(p.exited)
 
 	<-p.reap
@@ -375,7 +364,6 @@ func (p *Process) reaped(pid int, ws syscall.WaitStatus, err error) {
 	default:
 		p.status = Status{Code: ws.ExitStatus()}
 	}
-	stamps.Mark("reaped")
 	reg.mu.Lock()
 	delete(reg.procs, pid)
 	reg.mu.Unlock()
@@ -459,7 +447,6 @@ func (p *Process) stop(grace time.Duration, shorten bool) {
 }
 
 func (p *Process) sweep() {
-	stamps.Mark("sweep")
 	s := &sweep{
 		log:     p.log,
 		sig:     p.stopSignal,
@@ -483,7 +470,6 @@ func (p *Process) sweep() {
 	if err := s.run(); err != nil {
 		p.log.Error("the command's tree could not be stopped entirely", "pid", p.pid, "error", err)
 	}
-	stamps.Mark("sweep.tree")
 	nothing := p.cg != nil && !p.foreign && p.nothingBelow()
 	if p.cg != nil && !p.foreign && !nothing {
 		// What moved itself out of the cgroup (root may write any
@@ -497,7 +483,6 @@ func (p *Process) sweep() {
 	if p.cg != nil {
 		// The cgroup is empty: reap the orphans that died in it (none are
 		// here when nothing was below), then remove it.
-		stamps.Mark("sweep.below")
 		if !nothing {
 			reapAdopted()
 		}
@@ -506,7 +491,6 @@ func (p *Process) sweep() {
 			p.log.Warn("could not remove the command's cgroup", "error", err)
 		}
 		p.log.Debug("cgroup removed", "cgroup", p.cg.path, "took", logfield.Duration(time.Since(t0)))
-		stamps.Mark("cgroup.removed")
 	}
 	// The sweep's last reading found no live process of the tree and
 	// reaped its dead orphans: none can die after it.

@@ -1,5 +1,5 @@
 // Command fencerun-etcd is fencerun with the etcd backend linked in: the
-// same command line (package internal/cli), which fencerun execs when
+// same command line (package cmd/internal/cli), which fencerun execs when
 // --etcd or FENCERUN_ETCD is given. It is a binary of its own because the
 // etcd client's package initialisation costs every process that links it
 // about 3 ms of start-up, which the file backend must not pay (P1).
@@ -17,21 +17,17 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fencerun/fencerun/internal/cli"
-	"github.com/fencerun/fencerun/internal/stamps"
+	"github.com/fencerun/fencerun/cmd/internal/cli"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/etcdstore"
 )
 
 func main() {
-	stamps.Mark("etcd.main")
 	var d *dialed
 	if f, ok := cli.EarlyEtcdFlags(os.Args[1:]); ok {
 		d = dial(f)
 	}
 	code := cli.Main(os.Args[1:], d.open)
-	stamps.Mark("exit")
-	stamps.Dump()
 	os.Exit(code)
 }
 
@@ -57,7 +53,6 @@ func dial(f cli.EtcdFlags) *dialed {
 	// the first message of each type, on the run's critical path.
 	go func() {
 		etcdstore.Warm()
-		stamps.Mark("etcd.warm")
 	}()
 	return d
 }
@@ -69,7 +64,6 @@ func (d *dialed) open(f cli.EtcdFlags, log hclog.Logger) (store.Store, error) {
 		return withLogger(open(f))(log)
 	}
 	<-d.done
-	stamps.Mark("etcd.dialed")
 	if f == d.flags {
 		return withLogger(d.s, d.err)(log)
 	}
@@ -102,12 +96,11 @@ func open(f cli.EtcdFlags) (*etcdstore.Store, error) {
 		o.TLS = cfg
 	}
 	s, err := etcdstore.Open(o)
-	stamps.Mark("etcd.open")
 	return s, err
 }
 
 // wantsTLS reports whether an endpoint of the --etcd list asks for TLS:
-// https:// or unixs:, in any case, as internal/cli's check accepts the
+// https:// or unixs:, in any case, as cmd/internal/cli's check accepts the
 // schemes and the client reads them (an HTTPS:// endpoint without a
 // certificate flag would otherwise get the client's default TLS rather
 // than ours, with its minimum version).

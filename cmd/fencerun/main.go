@@ -1,6 +1,6 @@
 // Command fencerun runs a command only while it holds a lease, and stops the
 // command's whole process tree the moment the lease is lost. The command
-// line is package internal/cli; this binary carries the file backend and
+// line is package cmd/internal/cli; this binary carries the file backend and
 // execs fencerun-etcd (cmd/fencerun-etcd) for --etcd, so that it never
 // links the etcd client.
 //
@@ -17,14 +17,10 @@ import (
 	// First: its init execs fencerun-etcd for --etcd, before the other
 	// packages initialise.
 	_ "github.com/fencerun/fencerun/cmd/fencerun/hop"
-	"github.com/fencerun/fencerun/internal/cli"
-	"github.com/fencerun/fencerun/internal/stamps"
+	"github.com/fencerun/fencerun/cmd/internal/cli"
 )
 
 func main() {
-	stamps.Mark("main")
 	code := cli.Main(os.Args[1:], nil)
-	stamps.Mark("exit")
-	stamps.Dump()
 	os.Exit(code)
 }

@@ -19,7 +19,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -185,7 +184,6 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 	if err != nil {
 		return nil, nil, s.fail("grant a lease", orCause(ctx, err))
 	}
-	stamps.Mark("etcd.granted")
 	a.id = g.ID
 	a.term = store.Term{Start: start, TTL: time.Duration(g.TTL) * time.Second}
 	a.myKey = prefixOf(a.key) + leaseHex(g.ID)
@@ -211,7 +209,6 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 	if err != nil {
 		return nil, nil, s.fail("put "+a.myKey, orCause(ctx, err))
 	}
-	stamps.Mark("etcd.txn")
 	a.rev = resp.Header.Revision
 	if resp.Succeeded {
 		// The leftover record was put with the key: its create revision
@@ -288,7 +285,6 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 			if err := a.waitDelete(ctx, string(before.Key), rev); err != nil {
 				return nil, nil, err
 			}
-			stamps.Mark("etcd.woken")
 		}
 		l, older, err := a.take(ctx)
 		if afterTake != nil {
@@ -426,7 +422,6 @@ func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64) error 
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				stamps.Mark("etcd.wait.deleted")
 				return nil
 			}
 		}
@@ -468,7 +463,6 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 		start := a.claim.Clock()
 		go func() {
 			ka, err := s.c.KeepAliveOnce(octx, a.id)
-			stamps.Mark("etcd.take.kept")
 			if err == nil {
 				term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
 			}
@@ -482,7 +476,6 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 		Then(clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix()), clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())).
 		Else(clientv3.OpGet(a.myKey), newest(pfx, 1, clientv3.WithMaxCreateRev(a.rev-1))).
 		Commit()
-	stamps.Mark("etcd.take.txn")
 	kerr := <-kept
 	if ctx.Err() != nil && (err != nil || kerr != nil) {
 		// The wait ended (-w, a signal) with the take in flight: its
@@ -534,7 +527,6 @@ func (a *acquirer) held(confirmed int64, records, contenders []*mvccpb.KeyValue)
 		a.s.log.Debug("queued records of dead contenders on other hosts are left to a fencerun there", "key", a.key, "records", queuedElsewhere)
 	}
 	l.watch()
-	stamps.Mark("etcd.held")
 	a.s.log.Debug("acquired", "key", a.key, "fence", a.rev, "lease", leaseHex(a.id))
 	return l, nil, nil
 }

@@ -22,7 +22,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -139,7 +138,6 @@ func (s *Store) Close() error {
 func (s *Store) TickDir() (string, error) {
 	s.ticksOnce.Do(func() {
 		s.ticks, s.ticksErr = os.MkdirTemp("", ticksPattern)
-		stamps.Mark("etcd.tickdir")
 		if s.ticksErr != nil {
 			s.ticksErr = fmt.Errorf("etcdstore: tick directory: %w", s.ticksErr)
 		}

@@ -14,7 +14,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
-	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -210,7 +209,6 @@ func (l *Lease) Tick(ctx context.Context, t time.Time) error {
 // short command costs no write for it (P7). Without one it is written
 // before SetCommand returns.
 func (l *Lease) SetCommand(ctx context.Context, group, session store.ProcessID) error {
-	stamps.Mark("etcd.setcommand")
 	l.mu.Lock()
 	l.left.Group, l.left.Session = group, session
 	l.desc.CommandPID = group.ID
@@ -329,7 +327,6 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.forgetting != nil {
 		<-l.forgetting // bounded by the dial timeout
 	}
-	stamps.Mark("etcd.release")
 	if l.cmdTimer != nil {
 		l.cmdTimer.Stop()
 	}
@@ -340,7 +337,6 @@ func (l *Lease) Release(ctx context.Context) error {
 	_, err := l.s.c.Txn(octx).If(l.mine()).
 		Then(clientv3.OpDelete(l.myKey), clientv3.OpDelete(descKey(l.id)), clientv3.OpDelete(cancelKey(l.id)), own).
 		Else(own).Commit()
-	stamps.Mark("etcd.release.txn")
 	// A call of its own: a transaction that ran out of time leaves the
 	// revoke its own, which deletes the keys on the lease.
 	rctx, rcancel := l.s.op(ctx)
@@ -351,7 +347,6 @@ func (l *Lease) Release(ctx context.Context) error {
 		// left on it, expires by itself.
 		l.s.log.Debug("could not revoke a released lease; it expires by itself", "lease", leaseHex(l.id), "error", rerr)
 	}
-	stamps.Mark("etcd.release.revoked")
 	if err != nil {
 		return l.s.fail("release "+l.myKey, err)
 	}

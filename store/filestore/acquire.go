@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/internal/fences"
-	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
@@ -90,7 +89,6 @@ type busy struct {
 // acquire takes the lease, or waits in the queue for it; g is the guard,
 // locked, which it closes.
 func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, error) {
-	stamps.Mark("guard")
 	l, b, err := a.attempt(g)
 	if l != nil || err != nil || !a.claim.Wait {
 		unix.Close(g)
@@ -120,7 +118,6 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 			}
 		} else {
 			err = waitUnlocked(ctx, b.wait, b.name)
-			stamps.Mark("woken")
 		}
 		if ctx.Err() != nil {
 			a.leave()
@@ -266,7 +263,6 @@ func (a *acquirer) lockedHere(live, g int) string {
 // and returns the Lease. live is open and locked, c is our claim on the
 // key (claim_linux.go); the caller holds the guard, open as g.
 func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.Claim, g int) (*Lease, error) {
-	stamps.Mark("take")
 	token, err := newToken()
 	if err != nil {
 		c.Release()
@@ -290,9 +286,7 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		unix.Close(live)
 		return nil, err
 	}
-	stamps.Mark("notify.listen")
 	fence, err := a.s.nextFence(rec.Fence + 1)
-	stamps.Mark("fence")
 	if rec.Fence >= fences.Max-fences.Block && errors.Is(err, fences.ErrUsedUp) {
 		// The record's fence used the fences up, whatever the
 		// reservation the error names holds: say which file release
@@ -351,7 +345,6 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		unix.Close(live)
 		return nil, err
 	}
-	stamps.Mark("record")
 	// Our queue entry goes in the background: removing a file waits for
 	// the file system's journal, which took milliseconds of a handoff on a
 	// busy disk here, and nobody needs it gone at once. Until it is gone
@@ -406,7 +399,6 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", rec.Fence, "fence", next.Fence)
 	}
 	a.s.log.Debug("acquired", "key", a.key, "fence", next.Fence)
-	stamps.Mark("lease")
 	return l, nil
 }
 

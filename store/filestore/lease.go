@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
@@ -407,7 +406,6 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
-	stamps.Mark("release")
 	<-l.left // our queue entry is gone before the lease is
 	if l.cmdTimer != nil {
 		l.cmdTimer.Stop()
@@ -440,10 +438,8 @@ func (l *Lease) Release(ctx context.Context) error {
 			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.Join(cancelFile), "error", err)
 		}
 	}
-	stamps.Mark("release.written")
 	l.held.Release() // before live: the next holder must not wait on it
 	unix.Close(l.live)
-	stamps.Mark("release.unlocked")
 	unix.Close(g)
 	l.s.log.Debug("released", "key", l.key, "fence", l.fence)
 	return werr

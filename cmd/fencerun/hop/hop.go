@@ -5,14 +5,13 @@
 // fencerun-etcd, which has the backend, must not.
 //
 // It guarantees nothing on failure but to return: a helper that cannot be
-// found or exec'd is left to internal/cli, which says so (exit 125).
+// found or exec'd is left to cmd/internal/cli, which says so (exit 125).
 package hop
 
 import (
 	"os"
 
-	"github.com/fencerun/fencerun/internal/etcdhop"
-	"github.com/fencerun/fencerun/internal/stamps"
+	"github.com/fencerun/fencerun/cmd/internal/etcdhop"
 )
 
 func init() {
@@ -23,7 +22,5 @@ func init() {
 	if err != nil {
 		return
 	}
-	stamps.Mark("hop")
-	stamps.Dump()
 	_ = etcdhop.ExecPath(path, os.Args[1:])
 }

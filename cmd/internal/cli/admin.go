@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fencerun/fencerun/internal/duration"
+	"github.com/fencerun/fencerun/cmd/internal/duration"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )

@@ -212,7 +212,7 @@ func (h *HelpCmd) Run(k *kong.Kong) error {
 	return nil
 }
 
-// version is set at build time: -ldflags "-X github.com/fencerun/fencerun/internal/cli.version=v1.2.3".
+// version is set at build time: -ldflags "-X github.com/fencerun/fencerun/cmd/internal/cli.version=v1.2.3".
 var version = "devel"
 
 // versionFlag is --version and -V: what `fencerun version` prints.

@@ -25,9 +25,8 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fencerun/fencerun/internal/duration"
-	"github.com/fencerun/fencerun/internal/etcdhop"
-	"github.com/fencerun/fencerun/internal/stamps"
+	"github.com/fencerun/fencerun/cmd/internal/duration"
+	"github.com/fencerun/fencerun/cmd/internal/etcdhop"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/filestore"
 )
@@ -75,7 +74,6 @@ func Main(args []string, etcd EtcdOpener) int {
 	// --log-format json even a parse error is a JSON line (issue 12).
 	early := earlyLogOptions(args)
 	log := newLogger(early)
-	stamps.Mark("logger")
 	if etcd == nil && etcdhop.Wanted(args) {
 		// Before kong builds its model: this process only hands over
 		// (cmd/fencerun/hop did already, unless the helper is missing).
@@ -99,9 +97,7 @@ func Main(args []string, etcd EtcdOpener) int {
 		if len(args) == 0 {
 			return bare(parser, early)
 		}
-		stamps.Mark("kong.new")
 		kctx, err = parser.Parse(args)
-		stamps.Mark("kong.parse")
 		if exit >= 0 { // --help, --version
 			return exit
 		}
@@ -236,9 +232,7 @@ func parseRun(cli *CLI, args []string) (*kong.Kong, *kong.Context) {
 	if err != nil {
 		return nil, nil
 	}
-	stamps.Mark("kong.new")
 	kctx, err := parser.Parse(args)
-	stamps.Mark("kong.parse")
 	if err != nil || spoke {
 		*cli = CLI{}
 		return nil, nil

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fencerun/fencerun/cmd/internal/duration"
 	"github.com/fencerun/fencerun/fenced"
-	"github.com/fencerun/fencerun/internal/duration"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fencerun/fencerun/internal/duration"
+	"github.com/fencerun/fencerun/cmd/internal/duration"
 	"github.com/fencerun/fencerun/store"
 )
 

@@ -8,7 +8,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/fence"
-	"github.com/fencerun/fencerun/internal/stamps"
 )
 
 // TickCmd is `fencerun tick`.
@@ -45,12 +44,10 @@ func (g *Globals) listenTicks(log hclog.Logger) (*fence.TickServer, error) {
 	if !ok {
 		return nil, fail(exitFailed, "this backend has no directory for tick sockets")
 	}
-	stamps.Mark("ticks.store")
 	dir, err := fs.TickDir()
 	if err != nil {
 		return nil, fail(exitFailed, "%v", err)
 	}
-	stamps.Mark("ticks.dir")
 	ticks, err := fence.ListenTicks(dir, log)
 	if err != nil {
 		return nil, fail(exitFailed, "%v", err)

@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/duration"
+	"github.com/fencerun/fencerun/cmd/internal/duration"
 	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/store"
 )

@@ -17,11 +17,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/cmd/internal/duration"
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/fenced"
-	"github.com/fencerun/fencerun/internal/duration"
 	"github.com/fencerun/fencerun/internal/onecpu"
-	"github.com/fencerun/fencerun/internal/stamps"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
@@ -193,12 +192,10 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	// Fail fast on a command that cannot run, before waiting in any queue,
 	// with the PATH the command will get.
-	stamps.Mark("run")
 	path, err := supervisor.LookPath(r.Command[0], os.Environ())
 	if err != nil {
 		return notStarted(err)
 	}
-	stamps.Mark("lookpath")
 	// Signals are caught from here on: one while waiting ends the wait. The
 	// fatal ones too, so that none kills fencerun with its tree left (S7).
 	// They stay caught until the process exits, right after the run: one
@@ -211,20 +208,17 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	// SIGPIPE caught, the write only fails, and the logger drops it
 	// (quietWriter). The command gets SIGPIPE's default back at exec.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	stamps.Mark("signals")
 
 	ticks, err := g.listenTicks(g.log.Named("tick"))
 	if err != nil {
 		return err
 	}
 	defer ticks.Close()
-	stamps.Mark("ticks")
 	clock := fence.BootClock{}
 	claim, err := r.claim(g, ticks.Addr(), clock)
 	if err != nil {
 		return err
 	}
-	stamps.Mark("claim")
 	out := fenced.Run(ctx, r.config(g, log, claim, path, sigs, ticks, clock))
 	return r.exit(out)
 }
@@ -237,10 +231,8 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 // 0.3 ms of CPU here, which a short run (P1, P2) must not pay. The threads
 // are bound to one CPU then too (package onecpu), for the same reason.
 func holdOnOneProc() {
-	stamps.Mark("onep")
 	runtime.GOMAXPROCS(1)
 	onecpu.Bind()
-	stamps.Mark("onep.done")
 }
 
 const onePAfter = time.Second
@@ -261,8 +253,6 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 			})
 		},
 		Start: func(lease store.Lease, prep fenced.Prepared) (fenced.Process, error) {
-			stamps.Mark("acquired")
-			defer stamps.Mark("started")
 			p, err := prep.(*supervisor.Prepared).Start(r.commandEnv(lease, claim.Marker), log.With("fence", lease.Fence()).Named("supervisor"))
 			if err == nil {
 				time.AfterFunc(onePAfter, holdOnOneProc)
@@ -365,14 +355,11 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 		if !w.None() {
 			startWaitReport(report)
 		}
-		stamps.Mark("store.open")
 		lease, err = r.acquireKey(ctx, st, claim, report)
 	}
-	stamps.Mark("store.acquired")
 	if report.stop != nil {
 		r.waitedFor = report.end()
 	}
-	stamps.Mark("report.end")
 	if lease != nil {
 		r.acquired = true
 		log.Info("acquired the lease", "fence", lease.Fence(), "waited", report.waited())
