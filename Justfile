@@ -53,8 +53,9 @@ bench *FLAGS:
     command -v gcc >/dev/null || (apt-get update -qq && apt-get install -y -qq gcc libc6-dev)
     CGO_ENABLED=0 go run ./bench {{FLAGS}}
 
-# gofmt, go vet, staticcheck.
+# gofmt, go vet, go mod tidy -diff, staticcheck (as .ci/run does first).
 lint:
     test -z "$(gofmt -l $(git ls-files '*.go'))" || (gofmt -l $(git ls-files '*.go'); exit 1)
     go vet ./...
+    go mod tidy -diff
     go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command fencerun-etcd is fencerun with the etcd backend linked in: the
 // same command line (package cmd/internal/cli), which fencerun execs when
 // --etcd or FENCERUN_ETCD is given. It is a binary of its own because the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command fencerun runs a command only while it holds a lease, and stops the
 // command's whole process tree the moment the lease is lost. The command
 // line is package cmd/internal/cli; this binary carries the file backend and
