@@ -17,7 +17,7 @@ func TestManPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := manPage(k)
-	checked, err := os.ReadFile("../../docs/fencerun.1")
+	checked, err := os.ReadFile("../../../docs/fencerun.1")
 	if err != nil {
 		t.Fatalf("%v (just man writes it)", err)
 	}
