@@ -18,6 +18,7 @@ import (
 type proc struct {
 	pid, ppid, pgid, sid int
 	state                byte
+	threads              int // num_threads: live threads, and a zombie leader
 	start                uint64
 	// unverified: found only by a shared store's record naming its group
 	// or session, and its environment cannot be read to check the marker:
@@ -25,7 +26,13 @@ type proc struct {
 	unverified bool
 }
 
-func (q proc) dead() bool { return q.state == 'Z' || q.state == 'X' || q.state == 'x' }
+// dead reports whether q's thread group has ended. A leader whose thread
+// ended before the others (pthread_exit in main) reads Z while they run:
+// the group ends with its last thread, when num_threads counts only the
+// leader.
+func (q proc) dead() bool {
+	return q.state == 'Z' && q.threads <= 1 || q.state == 'X' || q.state == 'x'
+}
 
 var errNoProc = errors.New("supervisor: no such process")
 
@@ -82,15 +89,44 @@ func readProc(pid int) (proc, error) {
 		return proc{}, fmt.Errorf("supervisor: /proc/%d/stat: unexpected format", pid)
 	}
 	q := proc{pid: pid, state: f[0][0]}
-	var e1, e2, e3, e4 error
+	var e1, e2, e3, e4, e5 error
 	q.ppid, e1 = strconv.Atoi(f[1])
 	q.pgid, e2 = strconv.Atoi(f[2])
 	q.sid, e4 = strconv.Atoi(f[3])
+	q.threads, e5 = strconv.Atoi(f[17])
 	q.start, e3 = strconv.ParseUint(f[19], 10, 64)
-	if err := errors.Join(e1, e2, e3, e4); err != nil {
+	if err := errors.Join(e1, e2, e3, e4, e5); err != nil {
 		return proc{}, fmt.Errorf("supervisor: /proc/%d/stat: %w", pid, err)
 	}
+	if q.state == 'Z' && q.threads > 1 {
+		q.state = groupState(pid)
+	}
 	return q, nil
+}
+
+// groupState is the state of a thread group whose leader's thread ended
+// before the others: that of a thread that is neither stopped nor ended,
+// else 'T' when some thread is stopped, else 'Z'. A sweep that freezes
+// the tree sees it stopped only when all of its threads are.
+func groupState(pid int) byte {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, _ := os.ReadDir(dir)
+	state := byte('Z')
+	for _, t := range tasks {
+		b, err := readProcFile(dir + t.Name() + "/stat")
+		i := bytes.LastIndexByte(b, ')')
+		if err != nil || i < 0 || len(b) < i+3 {
+			continue
+		}
+		switch s := b[i+2]; s {
+		case 'Z', 'X', 'x':
+		case 'T', 't':
+			state = 'T'
+		default:
+			return s
+		}
+	}
+	return state
 }
 
 // readProcs reads every process on the host. Processes that end while it
@@ -210,7 +246,7 @@ func hasEnv(pid int, entry string) bool {
 
 // readEnv is hasEnv, and whether the environment could be read at all.
 func readEnv(pid int, entry string) (found, readable bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	b, err := environ(pid)
 	if err != nil {
 		return false, false
 	}
@@ -230,6 +266,27 @@ func readEnv(pid int, entry string) (found, readable bool) {
 		}
 	}
 	return false, true
+}
+
+// environ reads the environment pid was started with. A leader whose own
+// thread ended (pthread_exit in main) has no memory to read it from, and
+// its thread group's other threads do: it is read through one of them.
+func environ(pid int) ([]byte, error) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/environ")
+	if !errors.Is(err, syscall.ESRCH) {
+		return b, err
+	}
+	tasks, terr := os.ReadDir(dir + "/task")
+	for _, t := range tasks {
+		if tb, terr := os.ReadFile(dir + "/task/" + t.Name() + "/environ"); terr == nil {
+			return tb, nil
+		}
+	}
+	if terr != nil {
+		return nil, terr
+	}
+	return nil, err
 }
 
 // closure returns the processes of procs for which seed holds, and all
