@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 
@@ -109,4 +111,26 @@ func commandFiles() []uintptr {
 		files[fd] = uintptr(fd)
 	}
 	return files
+}
+
+// ErrDescriptorLimit: a descriptor this process's parent passed on is too
+// high for the open-file limit to start the command with it.
+var ErrDescriptorLimit = errors.New("supervisor: an inherited descriptor does not fit under the open-file limit")
+
+// descriptorsFit checks that the command can be started with every
+// inherited descriptor at its own number: the fork moves its own error
+// pipe above the highest descriptor passed on (syscall.forkAndExecInChild),
+// so that one plus two must be below the open-file limit (the hard one,
+// which Go raises the soft one to). Otherwise every start would fail with
+// EBADF, which reads as a command that cannot be executed (126).
+func descriptorsFit() error {
+	if len(inherited) == 0 {
+		return nil
+	}
+	high := inherited[len(inherited)-1]
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || uint64(high)+2 < rl.Cur {
+		return nil
+	}
+	return fmt.Errorf("%w: descriptor %d is open, and the limit (ulimit -n) is %d: raise it to %d or more, or close the descriptor", ErrDescriptorLimit, high, rl.Cur, high+3)
 }

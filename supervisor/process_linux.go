@@ -149,6 +149,9 @@ func (pr *Prepared) prepare() error {
 	if err := setup(); err != nil {
 		return err
 	}
+	if err := descriptorsFit(); err != nil {
+		return err
+	}
 	if cfg.Cgroup == "" {
 		return nil
 	}
