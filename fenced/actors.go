@@ -252,11 +252,12 @@ func (r *requests) execute() error {
 func (r *requests) interrupt(error) { close(r.done) }
 
 // Fatal are the signals that would kill fencerun with a Go stack dump
-// and its tree left behind (SIGABRT is systemd's watchdog signal); sent to
+// and its tree left behind (SIGABRT is systemd's watchdog signal,
+// SIGSTKFLT one other projects' test suites send); sent to
 // it, they stop the command's tree, release and end the run as Killed
 // (S7). The caller subscribes them into Config.Signals.
 var Fatal = []os.Signal{syscall.SIGABRT, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL,
-	syscall.SIGFPE, syscall.SIGTRAP, syscall.SIGSYS}
+	syscall.SIGFPE, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGSTKFLT}
 
 func fatal(s os.Signal) bool {
 	for _, f := range Fatal {

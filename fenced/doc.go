@@ -55,10 +55,11 @@
 //     is held but before the command started does the same; once the
 //     command runs, the signals are forwarded to its tree and the command
 //     decides. SIGWINCH never ends a wait. A Fatal signal (SIGABRT,
-//     SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS sent with kill) is
-//     never forwarded: while the command runs it stops the tree (stop
-//     signal, SIGCONT, grace, SIGKILL) and the run ends Killed, whatever
-//     the command's own status; before, it ends the wait as any signal.
+//     SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGSTKFLT sent
+//     with kill) is never forwarded: while the command runs it stops the
+//     tree (stop signal, SIGCONT, grace, SIGKILL) and the run ends Killed,
+//     whatever the command's own status; before, it ends the wait as any
+//     signal.
 //   - S8: every path that held the lease releases it, within min(TTL, 10s):
 //     a store that hangs cannot keep fencerun from exiting (the kernel lock
 //     that proves the holder alive goes with the process anyway).

@@ -576,10 +576,11 @@ const stubbornTree = `setsid sh -c 'trap "" TERM; echo $$ > stubborn.tmp; mv stu
 
 // S7: each fatal signal sent to fencerun with kill stops the tree (the
 // TERM-ignoring descendant that left the group included), releases, and
-// exits 128+N, without a Go stack dump.
+// exits 128+N, without a Go stack dump. SIGSTKFLT (issue 24, N4) crashed
+// fencerun with a stack dump and left the tree running.
 func TestFatalSignalsStopTheTree(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGABRT, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL,
-		syscall.SIGFPE, syscall.SIGTRAP, syscall.SIGSYS} {
+		syscall.SIGFPE, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGSTKFLT} {
 		t.Run(unixName(sig), func(t *testing.T) {
 			t.Parallel()
 			s := newSandbox(t)

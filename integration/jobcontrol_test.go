@@ -253,6 +253,37 @@ func TestStoppedCommandWithoutTerminal(t *testing.T) {
 	}
 }
 
+// Issue 24, N4: without a terminal, kill -TSTP of fencerun stops the
+// command, and a later kill -CONT of fencerun runs it again; before, the
+// SIGCONT never reached it and it stayed stopped.
+func TestContinueWithoutTerminal(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	c := s.fencerun("w", "run", "--key", "nt", "--", "sh", "-c", `echo $$ > cmd.pid; exec sleep 1000`)
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // no controlling terminal
+	s.start(c)
+	cmd := readPids(waitPath(t, s.path("cmd.pid")))[0]
+	if err := c.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(func() bool { return procState(cmd) == 'T' }); err != nil {
+		t.Fatalf("the command never stopped (state %c)", procState(cmd))
+	}
+	if err := c.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(func() bool { return procState(cmd) == 'S' || procState(cmd) == 'R' }); err != nil {
+		t.Errorf("the command is still stopped after SIGCONT to fencerun (state %c)", procState(cmd))
+	}
+	if err := c.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, c); code != 143 {
+		t.Errorf("exit %d, want 143", code)
+	}
+	waitGone(t, cmd)
+}
+
 // waitPath waits until path exists with some content, and returns it.
 func waitPath(t *testing.T, path string) string {
 	t.Helper()

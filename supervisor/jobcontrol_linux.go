@@ -55,7 +55,7 @@ var jobSignals = []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGT
 //
 // Without a terminal this process never stops itself: a command stopped
 // by SIGSTOP stays stopped and fenced, and Signal follows any other signal
-// to it with SIGCONT.
+// to it with SIGCONT. A SIGCONT sent to this process is sent to the tree.
 func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.Signal, ends func(os.Signal) error) error {
 	sent, cont := p.jobSigs, p.cont
 	// fresh: a signal was forwarded, with the SIGCONT that follows it to
@@ -71,6 +71,11 @@ func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.S
 			}
 			p.forward(s)
 			fresh = fresh || followedByCont(s.(syscall.Signal))
+		case <-cont:
+			// Continued while not stopped by job control (kill -CONT
+			// after a kill -TSTP without a terminal): the command, which
+			// the stop reached, is continued too.
+			p.forward(syscall.SIGCONT)
 		case s := <-sent:
 			p.log.Debug("stop signal sent to fencerun: stopping the command first", "signal", logfield.Signal(s.(syscall.Signal)))
 			if err := p.Signal(s.(syscall.Signal)); err != nil {
