@@ -48,7 +48,7 @@ type RunCmd struct {
 	Command []string `arg:"" optional:"" passthrough:"partial" help:"The command and its arguments, after --."`
 
 	conflictGiven bool   // -E typed or exported: a conflict is the caller's to report
-	waitedFor     string // what the wait was last seen waiting for
+	waitedFor     string // what the wait was waiting for when a signal ended it
 	acquired      bool   // the lease was taken
 }
 
@@ -330,12 +330,17 @@ func (r *RunCmd) claim(g *Globals, tickAddr string, clock fence.Clock) (store.Cl
 // that --wait ended is a lease not acquired.
 func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, claim store.Claim, path string) (store.Lease, error) {
 	w := r.wait()
+	report := &waitReport{what: r.what(), limit: w, log: log, term: stderrTerminal(g), start: time.Now()}
+	if !w.None() {
+		var done func()
+		ctx, done = report.interruptible(ctx, &r.waitedFor)
+		defer done()
+	}
 	if !w.Forever() && !w.None() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, w.Limit(), errGaveUp)
 		defer cancel()
 	}
-	report := &waitReport{what: r.what(), limit: w, log: log, term: stderrTerminal(g), start: time.Now()}
 	var (
 		lease store.Lease
 		err   error
@@ -357,9 +362,7 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 		}
 		lease, err = r.acquireKey(ctx, st, claim, report)
 	}
-	if report.stop != nil {
-		r.waitedFor = report.end()
-	}
+	report.end()
 	if lease != nil {
 		r.acquired = true
 		log.Info("acquired the lease", "fence", lease.Fence(), "waited", report.waited())

@@ -17,12 +17,16 @@ import (
 )
 
 // waitReport tells what a wait for the lease is waiting for, while the
-// store's Acquire blocks: an info line once this process is in the queue
-// (holder, position), and, with stderr on a terminal, one line rewritten
-// in place (holder, how long it has held, position, time left) that is
-// cleared when the wait ends. It reads the key's status from outside, so
-// that the store's contract knows nothing of it; an acquisition that is
-// not kept waiting ends before its first read and costs nothing.
+// store's Acquire blocks. A waiter does nothing while it waits (P8): the
+// report reads the key's status only when something asks for it: once,
+// after firstLook, for the info line "waiting for the lease" (holder,
+// position) when info is logged; every redraw while a line is drawn on a
+// terminal (holder, how long it has held, position, time left), cleared
+// when the wait ends; once for an interruption's message (interruptible)
+// and once for the holder a wait that ran out names (gaveUpOn). Without
+// a terminal and below info, no goroutine runs and nothing is read until
+// the wait ends. It reads the status from outside, so that the store's
+// contract knows nothing of it.
 type waitReport struct {
 	what   string                                       // "deploy:staging", "the resident role of /srv/app/app.db"
 	status func(context.Context) (*store.Status, error) // the key's or role's
@@ -37,71 +41,54 @@ type waitReport struct {
 	cancel context.CancelFunc // ends a read in flight (end)
 
 	mu     sync.Mutex
-	latest string        // the last thing seen in the way, for an interruption
 	holder *store.Holder // the holder last seen, for a wait that ran out
 }
 
 // firstLook is how long an acquisition may take before it counts as a
-// wait; the line is redrawn every redraw.
+// wait; the terminal's line is redrawn every redraw.
 const (
 	firstLook = 100 * time.Millisecond
 	redraw    = 250 * time.Millisecond
-	relook    = time.Second // without a terminal: only for an interruption's message
 )
 
-// startWaitReport starts reporting (w.start is when the wait began); end
-// stops it.
-func startWaitReport(w *waitReport) *waitReport {
-	w.stop, w.done = make(chan struct{}), make(chan struct{})
-	var ctx context.Context
-	ctx, w.cancel = context.WithCancel(context.Background())
-	go w.run(ctx)
-	return w
+// waitState is what a wait is waiting for, as one status read finds it:
+// the line on a terminal, the interruption's message and a service
+// manager's status are made of it.
+type waitState struct {
+	Holder   *store.Holder // nil: not held (a handoff in progress)
+	Position int           // 1 is next; 0: this process is not in the queue
+	Waiters  int           // in the queue
+	Left     time.Duration // until --wait ends; negative: forever
 }
 
-func (w *waitReport) run(ctx context.Context) {
-	defer close(w.done)
-	t := time.NewTimer(firstLook)
-	defer t.Stop()
-	drawn := false
-	for {
-		select {
-		case <-w.stop:
-			if drawn {
-				fmt.Fprint(w.term, "\r\x1b[K")
-			}
-			return
-		case <-t.C:
-		}
-		st, err := w.status(ctx)
-		if err == nil && st != nil {
-			line := w.look(st)
-			if w.term != nil && line != "" {
-				fmt.Fprint(w.term, "\r"+fitTerminal(w.term, line)+"\x1b[K")
-				drawn = true
-			}
-		}
-		if w.term != nil {
-			t.Reset(redraw)
-		} else {
-			t.Reset(relook)
-		}
+// State reads what the wait is waiting for now, on demand.
+func (w *waitReport) State(ctx context.Context) (waitState, error) {
+	st, err := w.status(ctx)
+	if err != nil {
+		return waitState{}, err
 	}
-}
-
-// look reads st: who is in the way, and where this process is in the
-// queue. It logs the queued line the first time it finds this process
-// there, and returns the terminal's line.
-func (w *waitReport) look(st *store.Status) string {
-	pos, pid, host := 0, os.Getpid(), hostname()
+	s := waitState{Holder: st.Holder, Waiters: len(st.Waiters), Left: -1}
+	pid, host := os.Getpid(), hostname()
 	for i, q := range st.Waiters {
 		if q.PID == pid && (q.Host == "" || q.Host == host) {
-			pos = i + 1
+			s.Position = i + 1
 		}
 	}
-	h := st.Holder
+	if !w.limit.Forever() {
+		s.Left = max(0, w.limit.Limit()-time.Since(w.start))
+	}
+	w.mu.Lock()
+	w.holder = st.Holder
+	w.mu.Unlock()
+	return s, nil
+}
+
+// String says who is in the way and where this process is in the queue:
+// "held by nightly (pid 12 on web1, reason: report 7) for 3s; position 1
+// of 2 in the queue".
+func (s waitState) String() string {
 	var in strings.Builder
-	if h != nil {
+	if h := s.Holder; h != nil {
 		var reason []string
 		if h.Reason != "" {
 			reason = append(reason, "reason: "+store.Printable(h.Reason))
@@ -113,41 +100,89 @@ func (w *waitReport) look(st *store.Status) string {
 	} else {
 		in.WriteString("not held yet")
 	}
-	if pos > 0 {
-		fmt.Fprintf(&in, "; position %d of %d in the queue", pos, len(st.Waiters))
+	if s.Position > 0 {
+		fmt.Fprintf(&in, "; position %d of %d in the queue", s.Position, s.Waiters)
 	}
-	w.mu.Lock()
-	first := w.latest == "" && pos > 0
-	if pos > 0 || h != nil {
-		w.latest = in.String()
+	return in.String()
+}
+
+// startWaitReport starts what the report does while the wait lasts (w.start
+// is when the wait began): nothing at all unless it logs the queued line
+// or draws on a terminal. end stops it.
+func startWaitReport(w *waitReport) *waitReport {
+	if w.term == nil && !(w.logged && w.log.IsInfo()) {
+		return w
 	}
-	w.holder = h
-	w.mu.Unlock()
-	if first && w.logged {
-		args := []any{"position", pos, "waiters", len(st.Waiters)}
-		if h != nil {
-			args = append(args, "holder", store.Printable(h.Name), "holder_pid", h.PID, "holder_host", store.Printable(h.Host))
+	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	var ctx context.Context
+	ctx, w.cancel = context.WithCancel(context.Background())
+	go w.run(ctx)
+	return w
+}
+
+func (w *waitReport) run(ctx context.Context) {
+	defer close(w.done)
+	t := time.NewTimer(firstLook)
+	defer t.Stop()
+	drawn, logged, pause := false, !w.logged, firstLook
+	for {
+		select {
+		case <-w.stop:
+			if drawn {
+				fmt.Fprint(w.term, "\r\x1b[K")
+			}
+			return
+		case <-t.C:
 		}
-		w.log.Info("waiting for the lease", args...)
+		s, err := w.State(ctx)
+		if err == nil && !logged && s.Position > 0 {
+			logged = true
+			w.logQueued(s)
+		}
+		if w.term == nil {
+			// Not in the queue yet (a stuck guard, a handoff): look a few
+			// more times, ever later, and then no more.
+			if pause *= 2; logged || pause > 8*firstLook {
+				return
+			}
+			t.Reset(pause)
+			continue
+		}
+		if err == nil {
+			fmt.Fprint(w.term, "\r"+fitTerminal(w.term, w.line(s))+"\x1b[K")
+			drawn = true
+		}
+		t.Reset(redraw)
 	}
-	line := "fencerun: waiting for " + w.what + ": " + in.String()
-	if !w.limit.Forever() {
-		left := max(0, w.limit.Limit()-time.Since(w.start)).Round(time.Second)
-		line += fmt.Sprintf("; %s left", left)
+}
+
+// logQueued logs the info line of a wait, once this process is queued.
+func (w *waitReport) logQueued(s waitState) {
+	args := []any{"position", s.Position, "waiters", s.Waiters}
+	if h := s.Holder; h != nil {
+		args = append(args, "holder", store.Printable(h.Name), "holder_pid", h.PID, "holder_host", store.Printable(h.Host))
+	}
+	w.log.Info("waiting for the lease", args...)
+}
+
+// line is the terminal's line for s.
+func (w *waitReport) line(s waitState) string {
+	line := "fencerun: waiting for " + w.what + ": " + s.String()
+	if s.Left >= 0 {
+		line += fmt.Sprintf("; %s left", s.Left.Round(time.Second))
 	}
 	return line
 }
 
-// end stops the report, clears the line, and returns what the wait was
-// last seen waiting for ("" if it never was). A read in flight is not
+// end stops the report and clears the line. A read in flight is not
 // waited for: it may be waiting a second for a stuck guard (filestore).
-func (w *waitReport) end() string {
+func (w *waitReport) end() {
+	if w.stop == nil {
+		return
+	}
 	close(w.stop)
 	w.cancel()
 	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.latest
 }
 
 // lastHolder is the holder the report last saw (nil if none, or if it
@@ -159,8 +194,9 @@ func (w *waitReport) lastHolder() *store.Holder {
 }
 
 // closingLook bounds the status read that names the holder once a wait
-// ran out (gaveUpOn): --wait ends at its limit, and a read that would wait
-// for a stuck guard (a second in filestore) is not waited out again.
+// ran out (gaveUpOn) or was interrupted: --wait ends at its limit, and a
+// read that would wait for a stuck guard (a second in filestore) is not
+// waited out again.
 const closingLook = 250 * time.Millisecond
 
 // gaveUpOn is the holder to name once a wait ran out: as a status read
@@ -169,13 +205,35 @@ const closingLook = 250 * time.Millisecond
 func (w *waitReport) gaveUpOn() *store.Holder {
 	ctx, cancel := context.WithTimeout(context.Background(), closingLook)
 	defer cancel()
-	if st, err := w.status(ctx); err == nil && st != nil {
-		return st.Holder
-	}
-	if w.stop == nil {
-		return nil
+	if s, err := w.State(ctx); err == nil {
+		return s.Holder
 	}
 	return w.lastHolder()
+}
+
+// interruptible returns the context to wait under: ctx, except that when
+// ctx ends (a signal) the report first reads, once, what the wait was
+// waiting for, while this process is still in the queue, and keeps it in
+// *waitedFor for the interruption's message. done waits for that read,
+// if it began, and must be called before *waitedFor is used.
+func (w *waitReport) interruptible(ctx context.Context, waitedFor *string) (wctx context.Context, done func()) {
+	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	read := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(read)
+		rctx, end := context.WithTimeout(context.Background(), closingLook)
+		defer end()
+		if s, err := w.State(rctx); err == nil && (s.Position > 0 || s.Holder != nil) {
+			*waitedFor = s.String()
+		}
+		cancel(context.Cause(ctx))
+	})
+	return wctx, func() {
+		if !stop() {
+			<-read
+		}
+		cancel(nil)
+	}
 }
 
 // waited is how long the wait took.
