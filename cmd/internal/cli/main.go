@@ -15,10 +15,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"reflect"
-	"slices"
 	"strings"
 	"time"
 
@@ -82,28 +80,25 @@ func Main(args []string, etcd EtcdOpener) int {
 	}
 	var cli CLI
 	exit := -1
-	parser, kctx := parseRun(&cli, args)
-	if kctx == nil {
-		var err error
-		if parser, err = newParser(&cli, func(code int) { exit = code }); err != nil {
-			log.Error(err.Error())
-			return exitFailed
-		}
-		if os.Getenv("COMP_LINE") != "" {
-			// The shell asks for completions (fencerun completion): answer
-			// and exit before anything is parsed.
-			return answerCompletion(parser, early)
-		}
-		if len(args) == 0 {
-			return bare(parser, early)
-		}
-		kctx, err = parser.Parse(args)
-		if exit >= 0 { // --help, --version
-			return exit
-		}
-		if err != nil {
-			return parseFailed(err, parser, early, log)
-		}
+	parser, err := newParser(&cli, func(code int) { exit = code })
+	if err != nil {
+		log.Error(err.Error())
+		return exitFailed
+	}
+	if os.Getenv("COMP_LINE") != "" {
+		// The shell asks for completions (fencerun completion): answer
+		// and exit before anything is parsed.
+		return answerCompletion(parser, early)
+	}
+	if len(args) == 0 {
+		return bare(parser, early)
+	}
+	kctx, err := parser.Parse(args)
+	if exit >= 0 { // --help, --version
+		return exit
+	}
+	if err != nil {
+		return parseFailed(err, parser, early, log)
 	}
 	if cli.Etcd != "" || etcdFlagGiven(kctx) {
 		// An --etcd given empty (--etcd "$UNSET") is refused with the
@@ -118,7 +113,7 @@ func Main(args []string, etcd EtcdOpener) int {
 	ctx := context.Background()
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	kctx.Bind(parser)
-	err := kctx.Run(&cli.Globals)
+	err = kctx.Run(&cli.Globals)
 	if cli.backend != nil {
 		// run's store, released by now: the etcd backend's Close removes
 		// its private tick directory, which would be left in $TMPDIR.
@@ -199,59 +194,6 @@ func parserOptions(exit func(int)) []kong.Option {
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.Exit(exit),
 	}
-}
-
-// runModel is whether Main tries parseRun first; the tests compare what
-// Main does with and without it.
-var runModel = true
-
-// runOnly leaves every command but run out of the model parseRun builds.
-// kong matches it against "CLI." and the field's name, the globals' fields
-// included (so the version command's field is not named Version, the
-// --version flag's).
-var runOnly = `^CLI\.(Status|List|Release|Cancel|Prune|Tick|VersionCmd|Help|Init|Completion|Man)$`
-
-// parseRun parses a command line that runs a command with a model of the
-// global flags and run alone, which kong builds in about half the time of
-// the whole one (P1, P4's start-up): it returns the parser and its context
-// only when that parse succeeded and wrote nothing, else nil, nil, and the
-// whole model parses the command line again, for every help, error,
-// version and completion it prints. A command line that the run-only model
-// accepts means the same to the whole one: the same struct and tags, the
-// same flags, variables and hooks on the path, and kong ignores the values
-// of commands off the path (their variables included).
-func parseRun(cli *CLI, args []string) (*kong.Kong, *kong.Context) {
-	if !runModel || os.Getenv("COMP_LINE") != "" || !slices.Contains(args, "run") {
-		return nil, nil
-	}
-	spoke := false
-	parser, err := kong.New(cli, append(parserOptions(func(int) { spoke = true }),
-		kong.IgnoreFields(runOnly),
-		kong.Writers(io.Discard, io.Discard),
-		kong.PostBuild(dropHelp))...)
-	if err != nil {
-		return nil, nil
-	}
-	kctx, err := parser.Parse(args)
-	if err != nil || spoke {
-		*cli = CLI{}
-		return nil, nil
-	}
-	return parser, kctx
-}
-
-// dropHelp empties the run-only model's help texts before kong interpolates
-// them: it never prints them.
-func dropHelp(k *kong.Kong) error {
-	return kong.Visit(k.Model, func(n kong.Visitable, next kong.Next) error {
-		switch n := n.(type) {
-		case *kong.Node:
-			n.Help, n.Detail = "", ""
-		case *kong.Value:
-			n.Help = ""
-		}
-		return next(nil)
-	})
 }
 
 // durationMapper reads every time.Duration flag and its variable as
