@@ -31,8 +31,8 @@
 // request) and the leftovers of a dead holder; cgroups, the subreaper and
 // the tree sweep (S2); signal forwarding, terminals, job control (S7); the
 // stop signal and grace before the SIGKILL; tick; status; TLS and auth; the
-// message naming a bad cluster (E6), which here is only the error; one P
-// after the start; the early dial beside the parse and Warm.
+// message naming a bad cluster (E6), which here is only the error; the early
+// dial beside the parse and Warm.
 package main
 
 import (
@@ -41,7 +41,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -51,8 +50,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
-
-	"github.com/fencerun/fencerun/internal/onecpu"
 )
 
 // reserve is how long before the lease's expiry the command is killed
@@ -143,14 +140,6 @@ func hold(endpoint, key string, ttl int64, argv []string) int {
 	if err := cmd.Start(); err != nil {
 		return fail("start", err)
 	}
-	// The hold on one P and one CPU, as fencerun's (internal/cli
-	// holdOnOneProc): with two Ps each of a renewal's goroutine hand-offs
-	// woke a second thread (42.3 against 49.1 ms for a 60 s hold at TTL
-	// 3 s), and with the threads free to move each wake-up went to another
-	// CPU (docs/DESIGN.md, the third etcd pass). The command, started
-	// already, keeps its CPUs.
-	runtime.GOMAXPROCS(1)
-	onecpu.Bind()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

@@ -7,8 +7,7 @@
 // in the runtime's poller, doing a renewal's file work as fencerun's file
 // backend does it (docs/DESIGN.md, fifth pass): under a guard's flock,
 // stat the key directory's path and the three names in it, pread the 8 KiB
-// two-slot record and pwrite one slot of about 500 bytes; and it runs on
-// one P once the command has started.
+// two-slot record and pwrite one slot of about 500 bytes.
 //
 // What it leaves out is what the table's ratio against it is made of: the
 // command line (kong), a second lock and queue for FIFO order, fences, the
@@ -26,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -80,7 +78,6 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	runtime.GOMAXPROCS(1)
 	for {
 		select {
 		case err := <-done:

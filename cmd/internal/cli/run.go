@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +19,6 @@ import (
 	"github.com/fencerun/fencerun/cmd/internal/duration"
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/fenced"
-	"github.com/fencerun/fencerun/internal/onecpu"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
@@ -223,20 +221,6 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	return r.exit(out)
 }
 
-// holdOnOneProc runs the rest of the run, the hold, on one P: what is left
-// is a renewal every TTL/3 and waiting, all of it one goroutine handing to
-// the next, and with a second P each hand-off woke another thread to spin
-// for work (P4, docs/DESIGN.md). The command's environment is not changed.
-// It is called onePAfter the command started: the switch stops the world,
-// 0.3 ms of CPU here, which a short run (P1, P2) must not pay. The threads
-// are bound to one CPU then too (package onecpu), for the same reason.
-func holdOnOneProc() {
-	runtime.GOMAXPROCS(1)
-	onecpu.Bind()
-}
-
-const onePAfter = time.Second
-
 // config is the run for package fenced: how to take the lease, start the
 // command under it and stop what dead predecessors left.
 func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path string, sigs <-chan os.Signal, ticks fenced.Ticks, clock fence.Clock) fenced.Config {
@@ -253,11 +237,7 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 			})
 		},
 		Start: func(lease store.Lease, prep fenced.Prepared) (fenced.Process, error) {
-			p, err := prep.(*supervisor.Prepared).Start(r.commandEnv(lease, claim.Marker), log.With("fence", lease.Fence()).Named("supervisor"))
-			if err == nil {
-				time.AfterFunc(onePAfter, holdOnOneProc)
-			}
-			return p, err
+			return prep.(*supervisor.Prepared).Start(r.commandEnv(lease, claim.Marker), log.With("fence", lease.Fence()).Named("supervisor"))
 		},
 		StopLeftovers: func(ctx context.Context, trees []store.Leftover) ([]store.Leftover, error) {
 			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"), Clock: clock})
