@@ -32,7 +32,6 @@ type command struct {
 	cfg   *Config
 	lease store.Lease
 	log   hclog.Logger
-	prep  *preparing
 
 	stops   chan time.Duration // stop requests: the instant the tree must be dead by, or 0
 	started chan struct{}      // closed once proc is set
@@ -42,8 +41,8 @@ type command struct {
 	status supervisor.Status // set before gone is closed
 }
 
-func newCommand(cfg *Config, lease store.Lease, log hclog.Logger, prep *preparing) *command {
-	return &command{cfg: cfg, lease: lease, log: log, prep: prep,
+func newCommand(cfg *Config, lease store.Lease, log hclog.Logger) *command {
+	return &command{cfg: cfg, lease: lease, log: log,
 		stops:   make(chan time.Duration),
 		started: make(chan struct{}), gone: make(chan struct{})}
 }
@@ -65,7 +64,7 @@ func (c *command) execute(ctx context.Context) error {
 	if start, err := c.prepare(ctx); !start {
 		return err
 	}
-	p, err := c.cfg.Start(c.lease, c.prep.take())
+	p, err := c.cfg.Start(c.lease)
 	if err != nil {
 		return &startError{err}
 	}

@@ -41,14 +41,6 @@ type Process interface {
 	JobControl(done <-chan struct{}, k supervisor.Keeper, forward <-chan os.Signal, ends func(os.Signal) error) error
 }
 
-// Prepared is a command's start made ready before its lease is held
-// (Config.Prepare); *supervisor.Prepared is one.
-type Prepared interface {
-	// Discard undoes what was prepared, for a command that will not
-	// start.
-	Discard()
-}
-
 // Ticks is the holder's end of `fencerun tick`; *fence.TickServer is one.
 type Ticks interface {
 	// Serve calls onTick for each tick from a pid that owns accepts, until
@@ -65,21 +57,10 @@ type Config struct {
 	// its ctx. A lease that was not acquired (busy, or the wait ran out) is
 	// an error that wraps ErrNotAcquired; any other error is a failure.
 	Acquire func(ctx context.Context) (store.Lease, error)
-	// Prepare, if not nil, makes the command's start ready while the lease
-	// is being taken: it runs beside Acquire (for a waiter, during its
-	// wait; uncontended, on another core while the lease is taken), and
-	// does only what needs no lease (*supervisor.Prepared: the command's
-	// cgroup), never starting anything of the command. Start gets what it
-	// returned, and is called only after it returned; on every path where
-	// Start is not called (not acquired, interrupted, cancelled, failed),
-	// Run calls its Discard before it returns. Its failures are Start's to
-	// return.
-	Prepare func() Prepared
-	// Start starts the command under lease, from what Prepare returned
-	// (nil without Prepare). An error it returns (a
+	// Start starts the command under lease. An error it returns (a
 	// *supervisor.ExecError: not found, not executable) ends the run as
-	// NotStarted; what was prepared is then Start's to clean up.
-	Start func(lease store.Lease, prep Prepared) (Process, error)
+	// NotStarted.
+	Start func(lease store.Lease) (Process, error)
 	// StopLeftovers stops, to the end, the trees dead predecessors left
 	// running on this host. elsewhere are the trees on other hosts, left
 	// for a fencerun there.
@@ -171,8 +152,6 @@ func Run(ctx context.Context, cfg Config) Outcome {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	prep := prepare(cfg.Prepare)
-	defer prep.discard() // unless the command was started from it
 	lease, sig, err := acquire(ctx, &cfg)
 	switch {
 	case sig != 0:
@@ -188,7 +167,7 @@ func Run(ctx context.Context, cfg Config) Outcome {
 		_ = lease.Release(ctx)
 		return Outcome{End: Failed, Err: err}
 	}
-	out := supervise(ctx, &cfg, log, lease, keeper, prep)
+	out := supervise(ctx, &cfg, log, lease, keeper)
 
 	// Every exit path releases (S8), after the command's processes are gone.
 	relCtx, cancel := context.WithTimeout(ctx, releaseWait(cfg.TTL))
@@ -207,44 +186,6 @@ func Run(ctx context.Context, cfg Config) Outcome {
 		log.Info("released the lease")
 	}
 	return out
-}
-
-// preparing is Config.Prepare running beside the acquisition, and what it
-// made once it returned: the command's start takes it, or Run discards it.
-type preparing struct {
-	done  chan struct{} // Prepare returned: prep is set
-	prep  Prepared
-	taken bool // by the command's start
-}
-
-func prepare(f func() Prepared) *preparing {
-	p := &preparing{done: make(chan struct{})}
-	if f == nil {
-		close(p.done)
-		return p
-	}
-	go func() {
-		defer close(p.done)
-		p.prep = f()
-	}()
-	return p
-}
-
-// take waits for Prepare to return and hands what it made to the command's
-// start, which then owns it.
-func (p *preparing) take() Prepared {
-	<-p.done
-	p.taken = true
-	return p.prep
-}
-
-// discard waits for Prepare to return and undoes what it made, unless the
-// command's start took it.
-func (p *preparing) discard() {
-	<-p.done
-	if !p.taken && p.prep != nil {
-		p.prep.Discard()
-	}
 }
 
 // releaseWait bounds how long a release may take before fencerun exits
@@ -300,8 +241,8 @@ var errInterrupted = errors.New("fenced: interrupted by a signal")
 
 // supervise runs the command under the keeper as one run group of the
 // actors in actors.go and says how it ended.
-func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.Lease, keeper *fence.Keeper, prep *preparing) Outcome {
-	cmd := newCommand(cfg, lease, log, prep)
+func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.Lease, keeper *fence.Keeper) Outcome {
+	cmd := newCommand(cfg, lease, log)
 	keep := &keeping{keeper: keeper, cmd: cmd}
 	var g run.Group
 	g.Add(func() error { return keep.execute(ctx) }, keep.interrupt)

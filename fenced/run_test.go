@@ -119,23 +119,15 @@ func (p *fakeProc) Wait() supervisor.Status {
 	return s
 }
 
-// fakePrepared counts its discards.
-type fakePrepared struct{ discards atomic.Int32 }
-
-func (p *fakePrepared) Discard() { p.discards.Add(1) }
-
 // harness is one fenced.Run with fakes all round, run in the background.
 type harness struct {
-	cfg  fenced.Config
-	prep *fakePrepared
-	// startCalled: Start was called; wrongPrep: not with what Prepare made.
-	startCalled, wrongPrep atomic.Bool
-	clock                  *fencetest.FakeClock
-	lease                  *fakeLease
-	proc                   *fakeProc
-	signals                chan os.Signal
-	started                chan struct{} // closed when Start is called
-	out                    chan fenced.Outcome
+	cfg     fenced.Config
+	clock   *fencetest.FakeClock
+	lease   *fakeLease
+	proc    *fakeProc
+	signals chan os.Signal
+	started chan struct{} // closed when Start is called
+	out     chan fenced.Outcome
 }
 
 const (
@@ -146,13 +138,12 @@ const (
 
 func newHarness() *harness {
 	clock := fencetest.NewFakeClock(epoch)
-	h := &harness{clock: clock, lease: newFakeLease(clock, ttl), proc: newFakeProc(), prep: &fakePrepared{},
+	h := &harness{clock: clock, lease: newFakeLease(clock, ttl), proc: newFakeProc(),
 		signals: make(chan os.Signal, 8), started: make(chan struct{}), out: make(chan fenced.Outcome, 1)}
 	h.lease.procGone = h.proc.exited.Load
 	h.cfg = fenced.Config{
 		Acquire: func(context.Context) (store.Lease, error) { return h.lease, nil },
-		Prepare: func() fenced.Prepared { return h.prep },
-		Start: func(store.Lease, fenced.Prepared) (fenced.Process, error) {
+		Start: func(store.Lease) (fenced.Process, error) {
 			close(h.started)
 			return h.proc, nil
 		},
@@ -171,14 +162,6 @@ func (h *harness) withTTL(ttl time.Duration) *harness {
 }
 
 func (h *harness) run() *harness {
-	start := h.cfg.Start
-	h.cfg.Start = func(l store.Lease, p fenced.Prepared) (fenced.Process, error) {
-		h.startCalled.Store(true)
-		if p != fenced.Prepared(h.prep) {
-			h.wrongPrep.Store(true)
-		}
-		return start(l, p)
-	}
 	go func() { h.out <- fenced.Run(context.Background(), h.cfg) }()
 	return h
 }
@@ -188,7 +171,6 @@ func (h *harness) run() *harness {
 func (h *harness) outcome(t *testing.T) fenced.Outcome {
 	t.Helper()
 	o := testsupport.Recv(t, h.out, "the run to end")
-	h.checkPrepared(t)
 	select {
 	case <-h.lease.released:
 	default:
@@ -204,26 +186,9 @@ func (h *harness) outcome(t *testing.T) fenced.Outcome {
 	return o
 }
 
-// checkPrepared checks, once the run ended, what became of what Prepare
-// made: given to Start, which owns it then, or else discarded once.
-func (h *harness) checkPrepared(t *testing.T) {
-	t.Helper()
-	n := h.prep.discards.Load()
-	switch {
-	case h.wrongPrep.Load():
-		t.Error("Start was not given what Prepare made")
-	case h.startCalled.Load() && n != 0:
-		t.Errorf("what Prepare made was discarded %d times, though Start took it", n)
-	case !h.startCalled.Load() && n != 1:
-		t.Errorf("the command never started, and what Prepare made was discarded %d times, want once", n)
-	}
-}
-
-// notStarted checks, once the run ended, that the command never started
-// and that what Prepare made was discarded.
+// notStarted checks, once the run ended, that the command never started.
 func (h *harness) notStarted(t *testing.T) {
 	t.Helper()
-	h.checkPrepared(t)
 	select {
 	case <-h.started:
 		t.Error("the command was started")
@@ -437,7 +402,7 @@ func TestFenceBreaksDuringTimeoutStop(t *testing.T) {
 func TestNotStarted(t *testing.T) {
 	h := newHarness()
 	notFound := errors.New("no such command")
-	h.cfg.Start = func(store.Lease, fenced.Prepared) (fenced.Process, error) { return nil, notFound }
+	h.cfg.Start = func(store.Lease) (fenced.Process, error) { return nil, notFound }
 	h.lease.checks <- nil // the lease is still held when the start fails
 	h.run()
 	o := h.outcome(t)
@@ -447,13 +412,12 @@ func TestNotStarted(t *testing.T) {
 }
 
 // A start that fails after the lease was lost (release --force between the
-// take and the start; the next holder on the host removed the prepared
-// cgroup among the revoked holder's leftovers, so clone3 says ENOENT) ends
-// as a broken fence (76), not as a command that could not run (126/127).
+// take and the start) ends as a broken fence (76), not as a command that
+// could not run (126/127): the failure may be the loss's effect.
 func TestStartFailsAfterTheLeaseWasLost(t *testing.T) {
 	h := newHarness()
 	gone := errors.New("fork/exec /usr/bin/sh: no such file or directory")
-	h.cfg.Start = func(store.Lease, fenced.Prepared) (fenced.Process, error) { return nil, gone }
+	h.cfg.Start = func(store.Lease) (fenced.Process, error) { return nil, gone }
 	h.lease.checks <- fmt.Errorf("revoked: %w", store.ErrLost)
 	h.run()
 	o := h.outcome(t)

@@ -41,15 +41,6 @@ func (cg *testCgroup) startLogged(t *testing.T, c *exec.Cmd, log string) string 
 	return log
 }
 
-// waitPrepared waits for the one cgroup a waiter in cg makes for its
-// command while it waits.
-func (cg *testCgroup) waitPrepared(t *testing.T) {
-	t.Helper()
-	if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
-		t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
-	}
-}
-
 // leftoverRecords reads the leftover records of key on the cluster, by
 // their etcd key, as fencerun's etcd backend lays them out
 // (_fencerun/leftovers/KEY/LEASE: store/etcdstore/doc.go).
@@ -71,12 +62,12 @@ func leftoverRecords(t *testing.T, cl *clientv3.Client, key string) map[string]m
 }
 
 // A waiter SIGKILLed while it waits leaves the leftover record it put as
-// it queued (e92fd18), and the cgroup it made for its command while it
-// waited (5122ac5). Neither may stall or mislead the next holder on this
+// it queued (e92fd18), and no cgroup (one is made only once the lease is
+// held). The record may not stall or mislead the next holder on this
 // host: it takes the key once the dead waiter's lease is gone, runs its
 // command (the dead waiter's never runs), and afterwards the key has no
-// leftovers, the dead waiter's record is gone from etcd and its empty
-// cgroup is removed.
+// leftovers, the dead waiter's record is gone from etcd and no cgroup is
+// left.
 func TestEtcdWaiterKilledWhileQueued(t *testing.T) {
 	t.Parallel()
 	c, cl, dir, h := heldOnEtcd(t, "kq")
@@ -86,7 +77,7 @@ func TestEtcdWaiterKilledWhileQueued(t *testing.T) {
 	w := onEtcd(t, eps, "run", "--key", "kq", "--ttl", "2", "--name", "waiter", "--", "touch", filepath.Join(dir, "w-ran"))
 	cg.startLogged(t, w, filepath.Join(dir, "waiter.log"))
 	waitContenders(t, cl, "kq", 2)
-	cg.waitPrepared(t)
+	cg.noCgroupWhileWaiting(t)
 	recs := leftoverRecords(t, cl, "kq")
 	queued := 0
 	for k, r := range recs {
@@ -201,8 +192,8 @@ func TestEtcdWaiterKilledRightAfterItsTake(t *testing.T) {
 
 // A waiter on etcd whose wait ends without the lease (-w ran out, -n found
 // the key busy, SIGTERM, SIGHUP) leaves nothing: neither the leftover
-// record it put as it queued (e92fd18) nor the cgroup it made for its
-// command while it waited (5122ac5), and its command never runs.
+// record it put as it queued (e92fd18) nor a cgroup (it makes none while
+// it waits), and its command never runs.
 func TestEtcdWaitThatEndsLeavesNothing(t *testing.T) {
 	t.Parallel()
 	c, cl, dir, h := heldOnEtcd(t, "kw")
@@ -229,7 +220,7 @@ func TestEtcdWaitThatEndsLeavesNothing(t *testing.T) {
 			wlog := cg.startLogged(t, w, filepath.Join(dir, end+".log"))
 			if strings.HasPrefix(end, "sig") {
 				waitContenders(t, cl, "kw", 2)
-				cg.waitPrepared(t)
+				cg.noCgroupWhileWaiting(t)
 				sig := map[string]syscall.Signal{"sigterm": syscall.SIGTERM, "sighup": syscall.SIGHUP}[end]
 				if err := w.Process.Signal(sig); err != nil {
 					t.Fatal(err)
@@ -263,9 +254,9 @@ func TestEtcdWaitThatEndsLeavesNothing(t *testing.T) {
 
 // Two waiters queue behind a holder on this host. When the first takes
 // the key, the second's record (put as it queued, naming the cgroup it
-// made while it waits) is a live contender's, not a leftover: the first
-// stops nothing of it, its record stays, and the second then runs its
-// command in that very cgroup.
+// will make once it holds) is a live contender's, not a leftover: the
+// first stops nothing of it, its record stays, and the second then runs
+// its command in a cgroup it made then.
 func TestEtcdSecondWaiterIsNoLeftoverOfTheFirst(t *testing.T) {
 	t.Parallel()
 	c, cl, dir, h := heldOnEtcd(t, "k2")
@@ -281,8 +272,7 @@ func TestEtcdSecondWaiterIsNoLeftoverOfTheFirst(t *testing.T) {
 	waitContenders(t, cl, "k2", 2)
 	w2 := start(cg2, "w2")
 	waitContenders(t, cl, "k2", 3)
-	cg2.waitPrepared(t)
-	made := cg2.fencerunCgroups(t)[0]
+	cg2.noCgroupWhileWaiting(t)
 	var w2Record string
 	for k, r := range leftoverRecords(t, cl, "k2") {
 		if pid, _ := r["pid"].(float64); int(pid) == w2.Process.Pid {
@@ -300,9 +290,7 @@ func TestEtcdSecondWaiterIsNoLeftoverOfTheFirst(t *testing.T) {
 	if _, ok := leftoverRecords(t, cl, "k2")[w2Record]; !ok {
 		t.Error("the first waiter's take deleted the second waiter's record as a leftover")
 	}
-	if left := cg2.fencerunCgroups(t); len(left) != 1 || left[0] != made {
-		t.Errorf("the second waiter's cgroup %s after the first's take: %v", made, left)
-	}
+	cg2.noCgroupWhileWaiting(t)
 	if b, _ := os.ReadFile(filepath.Join(dir, "w1.log")); strings.Contains(string(b), "stopping its leftovers") {
 		t.Errorf("the first waiter stopped leftovers after a clean handoff:\n%s", b)
 	}
@@ -310,8 +298,12 @@ func TestEtcdSecondWaiterIsNoLeftoverOfTheFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFile(t, filepath.Join(dir, "w2.started"))
-	if b, _ := os.ReadFile(filepath.Join(dir, "w2.cgroup")); !strings.Contains(string(b), "/"+made+"\n") {
-		t.Errorf("the second waiter's command ran in %q, want the cgroup %s it made while it waited", b, made)
+	made := cg2.fencerunCgroups(t)
+	if len(made) != 1 {
+		t.Fatalf("the second waiter, holding, made cgroups %v, want one", made)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "w2.cgroup")); !strings.Contains(string(b), "/"+made[0]+"\n") {
+		t.Errorf("the second waiter's command ran in %q, want the cgroup %s it made", b, made[0])
 	}
 	if err := os.WriteFile(filepath.Join(dir, "w2.go"), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -330,8 +322,8 @@ func TestEtcdSecondWaiterIsNoLeftoverOfTheFirst(t *testing.T) {
 // killed) fails as a run on a bad cluster does (E6): exit 125 naming the
 // endpoint and the cause, without waiting out its -w (a minute here: the
 // watch alone would wait for the cluster's return, silently, as its
-// client retries). It removes the cgroup it made for its command while it
-// waited, and never runs its command. What it put on etcd cannot be
+// client retries). It leaves no cgroup (it makes none while it waits),
+// and never runs its command. What it put on etcd cannot be
 // deleted then: its lease expires, and its queued record names a tree
 // that never ran (prune deletes it).
 func TestEtcdWaitEndedByAStoreErrorLeavesNoCgroup(t *testing.T) {
@@ -343,7 +335,7 @@ func TestEtcdWaitEndedByAStoreErrorLeavesNoCgroup(t *testing.T) {
 	w := onEtcd(t, eps, "run", "--key", "ke", "--ttl", "2", "--name", "waiter", "--dial-timeout", "1s", "-w", "1m", "--", "touch", ran)
 	wlog := cg.startLogged(t, w, filepath.Join(dir, "waiter.log"))
 	waitContenders(t, cl, "ke", 2)
-	cg.waitPrepared(t)
+	cg.noCgroupWhileWaiting(t)
 	for _, m := range c.Members {
 		m.Kill()
 	}

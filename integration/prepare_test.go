@@ -24,11 +24,20 @@ func (cg *testCgroup) fencerunCgroups(t *testing.T) []string {
 	return out
 }
 
-// A waiter makes its command's cgroup while it waits (the start is made
-// ready off the handoff's critical path: docs/DESIGN.md, P2), and every wait
-// that ends without the lease removes it: given up (-w), busy without
-// waiting (-n), ended by SIGTERM or SIGINT. The waiter runs in a cgroup of
-// the test's own, below which fencerun makes its command's.
+// noCgroupWhileWaiting checks that a waiter in cg, queued, made no cgroup
+// for its command: it makes one only once it holds the lease.
+func (cg *testCgroup) noCgroupWhileWaiting(t *testing.T) {
+	t.Helper()
+	if made := cg.fencerunCgroups(t); len(made) != 0 {
+		t.Errorf("the waiter made a cgroup for its command while it waits: %v", made)
+	}
+}
+
+// A waiter makes no cgroup for its command while it waits: the cgroup is
+// made once the lease is held, just before the start. So a wait that ends
+// without the lease leaves none: given up (-w), busy without waiting (-n),
+// ended by SIGTERM or SIGINT. The waiter runs in a cgroup of the test's
+// own, below which fencerun would make its command's.
 func TestWaitThatEndsLeavesNoCgroup(t *testing.T) {
 	for _, end := range []string{"wait", "nowait", "sigterm", "sigint"} {
 		t.Run(end, func(t *testing.T) {
@@ -53,9 +62,7 @@ func TestWaitThatEndsLeavesNoCgroup(t *testing.T) {
 			cg.start(t, c)
 			if strings.HasPrefix(end, "sig") {
 				s.waitQueue("k", "waiter")
-				if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
-					t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
-				}
+				cg.noCgroupWhileWaiting(t)
 				sig := syscall.SIGTERM
 				if end == "sigint" {
 					sig = syscall.SIGINT
@@ -84,8 +91,7 @@ func TestWaitThatEndsLeavesNoCgroup(t *testing.T) {
 }
 
 // A cgroup that cannot be made (cgroup.max.descendants 0 in the cgroup
-// fencerun runs in) fails the run after the lease is taken, as before the
-// cgroup was made ahead: exit 125 naming the mkdir, the command not run,
+// fencerun runs in) fails the run after the lease is taken: exit 125 naming the mkdir, the command not run,
 // the lease free again, with --cgroup auto and require, waiting or not.
 func TestCgroupThatCannotBeMade(t *testing.T) {
 	for _, mode := range []string{"auto", "require"} {

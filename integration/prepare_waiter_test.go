@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// A waiter makes its command's cgroup while it waits (5122ac5); once it
-// holds, its command runs there. A process of that command that left its
+// A waiter makes its command's cgroup once it holds the lease, and its
+// command runs there. A process of that command that left its
 // group and session outlives the waiter SIGKILLed right after the start,
 // and the next holder stops it (found by the cgroup its record names)
 // before its own command runs, and removes the cgroup (S2).
@@ -25,10 +25,7 @@ func TestWaiterKilledAfterItsTakeLeavesNothingToTheNext(t *testing.T) {
 		"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > left.tmp; mv left.tmp left; exec sleep 1000")
 	cg.start(t, w)
 	s.waitQueue("k", "waiter")
-	if err := waitFor(func() bool { return len(cg.fencerunCgroups(t)) == 1 }); err != nil {
-		t.Fatalf("the waiter made no cgroup for its command while it waited: %v", cg.fencerunCgroups(t))
-	}
-	made := cg.fencerunCgroups(t)[0]
+	cg.noCgroupWhileWaiting(t)
 	if err := os.WriteFile(s.path("go"), []byte("\n"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -36,14 +33,18 @@ func TestWaiterKilledAfterItsTakeLeavesNothingToTheNext(t *testing.T) {
 		t.Errorf("holder: exit %d", code)
 	}
 	waitFile(t, s.path("left"))
+	made := cg.fencerunCgroups(t)
+	if len(made) != 1 {
+		t.Fatalf("the waiter, holding, made cgroups %v, want one", made)
+	}
 	w.Process.Kill()
 	exitOf(t, w)
 	left := readPids(s.path("left"))[0]
 	if !alive(left) {
 		t.Fatal("the leftover died with the wrapper: the test shows nothing")
 	}
-	if b, _ := os.ReadFile(cg.path + "/" + made + "/cgroup.procs"); len(b) == 0 {
-		t.Errorf("the leftover pid %d is not in the cgroup %s the waiter made while it waited", left, made)
+	if b, _ := os.ReadFile(cg.path + "/" + made[0] + "/cgroup.procs"); len(b) == 0 {
+		t.Errorf("the leftover pid %d is not in the cgroup %s the waiter made", left, made[0])
 	}
 	script := `st=$(awk '{print $3}' /proc/` + strconv.Itoa(left) + `/stat 2>/dev/null); [ -n "$st" ] && [ "$st" != Z ] && echo "alive" > saw; true`
 	if code := s.run("next", "run", "--key", "k", "--grace", "1s", "--", "sh", "-c", script); code != 0 {

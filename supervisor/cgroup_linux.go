@@ -179,52 +179,15 @@ type cgroup struct {
 	fd   int    // the directory, O_RDONLY: for clone3's CLONE_INTO_CGROUP
 }
 
-// createCgroup creates the cgroup at path; it fails where the kernel has no
-// cgroup.kill (before 5.14), which containment relies on. Its descriptor
-// holds an exclusive flock(2) on the directory until the cgroup is removed
-// (or this process ends): the sign of a live run that SweepCgroups keeps
-// to (see lockCgroup). A sweep to which this process's pid means nothing
-// (it reads another pid namespace's /proc) may remove the cgroup between
-// its mkdir and its lock; the lock then holds a directory no longer linked,
-// and the cgroup is made again (sweptRetries times at most).
+// createCgroup creates the cgroup at path, once the lease it is recorded
+// in is held, just before the command starts in it; it fails where the
+// kernel has no cgroup.kill (before 5.14), which containment relies on.
 func createCgroup(path string) (*cgroup, error) {
-	for range sweptRetries {
-		c, err := makeCgroup(path)
-		if !errors.Is(err, errSwept) {
-			return c, err
-		}
-	}
-	return nil, fmt.Errorf("supervisor: creating cgroup %s: %w %d times", path, errSwept, sweptRetries)
-}
-
-// sweptRetries bounds how often createCgroup makes a cgroup a sweep took.
-const sweptRetries = 10
-
-// errSwept: the cgroup was removed before its lock was taken.
-var errSwept = errors.New("removed by another process's sweep before it was locked")
-
-// cgroupMade, when set (by tests), is called between a cgroup's mkdir and
-// its lock: the window in which a sweep may take it.
-var cgroupMade func(path string)
-
-func makeCgroup(path string) (*cgroup, error) {
 	if err := os.Mkdir(path, 0o755); err != nil {
 		return nil, fmt.Errorf("supervisor: creating cgroup: %w", err)
 	}
-	if cgroupMade != nil {
-		cgroupMade(path)
-	}
 	c, err := openCgroup(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errSwept
-	}
 	if err == nil {
-		lockCgroup(c.fd)
-		var fst, st unix.Stat_t
-		if unix.Fstat(c.fd, &fst) != nil || unix.Lstat(path, &st) != nil || fst.Ino != st.Ino || fst.Dev != st.Dev {
-			c.close()
-			return nil, errSwept
-		}
 		if _, err = os.Stat(filepath.Join(path, "cgroup.kill")); err != nil {
 			c.close()
 			err = fmt.Errorf("supervisor: cgroup %s has no cgroup.kill (Linux 5.14 or later needed)", path)

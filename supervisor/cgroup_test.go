@@ -241,39 +241,27 @@ func TestSharedRecordNamesOnlyItsOwnRunsCgroup(t *testing.T) {
 	requireGone(t, victim, false)
 }
 
-// Prepare makes the command's cgroup, bound to the run's marker, and runs
-// nothing in it; Discard removes it, and a Start after Discard starts
-// nothing. A prepared Start runs the command in that cgroup with the
-// environment Start is given.
+// Prepare makes no cgroup: the cgroup is made by Start, once the lease is
+// held, bound to the run's marker, and the command runs in it with the
+// environment Start is given; a second Start starts nothing.
 func TestPreparedCgroup(t *testing.T) {
 	h := hierarchy(t)
 	e := newEnv(t)
-	cfg := Config{Argv: []string{"sh", "-c", `cat /proc/self/cgroup > $INBOX.cg; echo "$LATE" > $INBOX.env; echo $$ > $INBOX`},
+	cfg := Config{Argv: []string{"sh", "-c", `cat /proc/self/cgroup > $INBOX.cg; echo "$LATE" > $INBOX.env; echo $$ > $INBOX; sleep 0.2`},
 		Env: e.env, Marker: e.marker, Cgroup: h.NewPath()}
 
-	discarded := Prepare(cfg)
-	if !boundTo(cfg.Cgroup, e.marker) {
-		t.Fatalf("the prepared cgroup %s is missing or not bound to the run's marker", cfg.Cgroup)
-	}
-	if pids, err := (&cgroup{path: cfg.Cgroup}).pids(); err != nil || len(pids) != 0 {
-		t.Errorf("the prepared cgroup holds processes %v (%v) before the start", pids, err)
-	}
-	discarded.Discard()
-	if _, err := os.Stat(cfg.Cgroup); !os.IsNotExist(err) {
-		t.Errorf("the discarded cgroup is still there: %v", err)
-	}
-	if p, err := discarded.Start(e.env, nil); err == nil || p != nil {
-		t.Errorf("Start after Discard = %v, %v; want an error", p, err)
-	}
-	discarded.Discard() // a second time: nothing
-
-	cfg.Cgroup = h.NewPath()
 	pr := Prepare(cfg)
+	if _, err := os.Stat(cfg.Cgroup); !os.IsNotExist(err) {
+		t.Fatalf("Prepare made the cgroup %s before the start: %v", cfg.Cgroup, err)
+	}
 	p, err := pr.Start(append(e.env, "LATE=given at the start"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.inbox.nextPid(t)
+	if !boundTo(cfg.Cgroup, e.marker) {
+		t.Errorf("the command's cgroup %s is missing or not bound to the run's marker", cfg.Cgroup)
+	}
 	if st := wait(t, p); st.Code != 0 {
 		t.Errorf("status %+v, want exit 0", st)
 	}
@@ -287,11 +275,13 @@ func TestPreparedCgroup(t *testing.T) {
 	if _, err := os.Stat(cfg.Cgroup); !os.IsNotExist(err) {
 		t.Errorf("the command's cgroup is still there after Wait: %v", err)
 	}
-	pr.Discard() // after Start: nothing
+	if p, err := pr.Start(e.env, nil); err == nil || p != nil {
+		t.Errorf("a second Start = %v, %v; want an error", p, err)
+	}
 }
 
-// Prepare's failures are Start's: a cgroup that cannot be made (its parent
-// gone) fails the Start, not the Prepare, and nothing is made or run.
+// A cgroup that cannot be made (its parent gone) fails the Start, and
+// nothing is made or run.
 func TestPreparedCgroupThatCannotBeMade(t *testing.T) {
 	h := hierarchy(t)
 	e := newEnv(t)
@@ -308,5 +298,4 @@ func TestPreparedCgroupThatCannotBeMade(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
 		t.Errorf("a cgroup was made: %v", err)
 	}
-	pr.Discard()
 }

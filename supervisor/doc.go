@@ -18,14 +18,10 @@
 // cgroup.kill, which no fork can outrun, and the tree is gone when
 // cgroup.events says "populated 0" (woken by poll(2) on that file and on
 // pidfds of its members, not by reading /proc). The cgroup is removed once
-// empty. Prepare makes it (and does the rest of the start that needs
-// neither the command's final environment nor its logger) ahead of Start,
-// so that a caller can do it while it waits for its lease; nothing runs in
-// it until Prepared.Start, and Prepared.Discard removes it. A process
-// killed with SIGKILL between the two leaves it, empty; the next run that
-// starts a command in the same directory removes it, as SweepCgroups
-// does, which takes only an empty cgroup of fencerun's name whose maker
-// is gone and whose lock no live run holds (cgsweep_linux.go).
+// empty. Start makes it, once the caller holds the lease it is recorded
+// in, just before the command starts: a run that waits or dies before its
+// start leaves no cgroup, and one whose wrapper dies later leaves it named
+// in its lease's record, for the next holder's StopLeftovers.
 //
 // Without one, the command's tree is found among the descendants of this
 // process: the command's process group; the processes reparented to this
@@ -99,15 +95,7 @@
 //     or that a command which ignores SIGTSTP sent to this process stops:
 //     then this process does not stop either;
 //   - the caller's dispositions and mask beyond what the Go runtime leaves
-//     (CallerIgnored; README: what the command is given);
-//   - that SweepCgroups never takes a live run's empty cgroup when that
-//     run's pid is of another pid namespace (sharing the cgroup directory)
-//     and the sweep comes between its mkdir and its flock, a few system
-//     calls, or when that run is of a build that took no lock and its pid
-//     is of another namespace or the wall clock was stepped forward by
-//     more than 10 s since its mkdir; nor that it removes a dead run's
-//     cgroup whose pid a process that started within 10 s of its mkdir
-//     (or before a wall clock step back) reuses: that one stays.
+//     (CallerIgnored; README: what the command is given).
 //
 // Reparented processes are ambiguous: a child of this process that no
 // Process started, that is outside this process's own process group and

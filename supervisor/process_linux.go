@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -104,27 +103,20 @@ func Start(cfg Config) (*Process, error) {
 }
 
 // Prepared is a command's start made ready ahead of it (Prepare): the
-// command looked up, this process a child subreaper, and the command's
-// cgroup (Config.Cgroup) created, bound to its marker and opened for
-// clone3. Nothing of the command runs until Start. A Prepared must end in
-// Start or Discard; Start takes what it made over (the Process removes the
-// cgroup once its tree is gone).
+// command looked up and this process a child subreaper. Nothing of the
+// command runs, and nothing is made, until Start.
 type Prepared struct {
 	cfg  Config
 	path string
-	cg   *cgroup
-	took time.Duration // the cgroup's creation
-	err  error         // why the command cannot start: Start returns it
+	err  error // why the command cannot start: Start returns it
 	used bool
 }
 
 // Prepare does what Start does before the fork and needs neither the
-// command's final environment nor its logger, so that a caller can do it
-// while it waits for the lease the command needs, or while it takes it. Its
-// failures (the command not found, the cgroup not made) are Start's: they
-// are returned by Start, not here, so that a run fails where and as it did
-// without it. cfg.Env is only used to look the command up when cfg.Path is
-// empty; the Env and Logger given to Start are the command's.
+// command's final environment nor its logger. Its failures (the command
+// not found) are Start's: they are returned by Start, not here. cfg.Env is
+// only used to look the command up when cfg.Path is empty; the Env and
+// Logger given to Start are the command's.
 func Prepare(cfg Config) *Prepared {
 	pr := &Prepared{cfg: cfg}
 	pr.err = pr.prepare()
@@ -149,69 +141,70 @@ func (pr *Prepared) prepare() error {
 	if err := setup(); err != nil {
 		return err
 	}
-	if err := descriptorsFit(); err != nil {
-		return err
-	}
-	if cfg.Cgroup == "" {
-		return nil
-	}
-	t0 := time.Now()
-	cg, err := createCgroup(cfg.Cgroup)
-	if err != nil {
-		return err
-	}
-	if cfg.Marker != "" {
-		if err := bindCgroup(cfg.Cgroup, cfg.Marker); err != nil && cfg.Logger != nil {
-			cfg.Logger.Debug("could not bind the cgroup to this run; a shared store's next holder will not trust it", "error", err)
-		}
-	}
-	pr.cg, pr.took = cg, time.Since(t0)
-	return nil
+	return descriptorsFit()
 }
 
-// Discard removes what Prepare made (the cgroup, empty: nothing ran in
-// it), for a command that will not start. After Start, or a second time,
-// it does nothing.
-func (pr *Prepared) Discard() {
-	if pr.used {
-		return
+// makeCgroup creates the command's cgroup (Config.Cgroup), bound to its
+// marker and opened for clone3; nil without one.
+func (pr *Prepared) makeCgroup(log hclog.Logger) (*cgroup, error) {
+	cfg := &pr.cfg
+	if cfg.Cgroup == "" {
+		return nil, nil
 	}
-	pr.used = true
-	if pr.cg != nil {
-		if err := pr.cg.remove(); err != nil && pr.cfg.Logger != nil {
-			pr.cfg.Logger.Warn("could not remove the command's cgroup", "error", err)
+	cg, err := createCgroup(cfg.Cgroup)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Marker != "" {
+		if err := bindCgroup(cfg.Cgroup, cfg.Marker); err != nil {
+			log.Debug("could not bind the cgroup to this run; a shared store's next holder will not trust it", "error", err)
 		}
-		pr.cg = nil
 	}
+	return cg, nil
 }
 
 // Start runs the prepared command with env, its whole environment (which
 // must hold the Config's Marker), logging to log (nil: none; name it
-// "supervisor"), as Start(cfg) does; it fails as Start does, and then
-// removes the cgroup. It may be called once, and not after Discard.
+// "supervisor"), as Start(cfg) does: it makes the command's cgroup, and
+// fails as Start does. It may be called once.
 func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 	if pr.used {
-		return nil, errors.New("supervisor: a prepared start was used or discarded already")
+		return nil, errors.New("supervisor: a prepared start was used already")
 	}
 	pr.used = true
-	cfg, cg, path := pr.cfg, pr.cg, pr.path
-	pr.cg = nil
+	cfg, path := pr.cfg, pr.path
+	if pr.err != nil {
+		return nil, pr.err
+	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	cg, err := pr.makeCgroup(log)
+	if err != nil {
+		return nil, err
+	}
 	fail := func(err error) (*Process, error) {
 		if cg != nil {
 			cg.remove()
 		}
 		return nil, err
 	}
-	if pr.err != nil {
-		return fail(pr.err)
-	}
 	if cfg.Marker != "" && !slices.Contains(env, cfg.Marker) {
 		return fail(fmt.Errorf("supervisor: marker %q is not in the command's environment", cfg.Marker))
 	}
 	closeOnExec()
-	if log == nil {
-		log = hclog.NewNullLogger()
+	p, err := newProcess(cfg, log, cg)
+	if err != nil {
+		return fail(err)
 	}
+	if err := p.fork(path, cfg.Argv, env); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newProcess is the Process of a command about to start in cg (nil: none).
+func newProcess(cfg Config, log hclog.Logger, cg *cgroup) (*Process, error) {
 	p := &Process{
 		foreign:    foreignProc(),
 		allGone:    make(chan struct{}),
@@ -221,6 +214,7 @@ func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 		grace:      cfg.Grace,
 		log:        log,
 		tty:        controllingTerminal(),
+		cg:         cg,
 		exited:     make(chan struct{}),
 		stops:      make(chan syscall.Signal, 1),
 		reap:       make(chan struct{}),
@@ -237,8 +231,15 @@ func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 	p.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		p.closeTerminal()
-		return fail(fmt.Errorf("supervisor: eventfd: %w", err))
+		return nil, fmt.Errorf("supervisor: eventfd: %w", err)
 	}
+	return p, nil
+}
+
+// fork starts the command: path with argv and env, in its process group,
+// under the terminal's foreground if this process has it, and in its
+// cgroup. On failure it undoes what newProcess made, the cgroup included.
+func (p *Process) fork(path string, argv, env []string) error {
 	attr := &syscall.ProcAttr{
 		Env:   env,
 		Files: commandFiles(),
@@ -252,21 +253,20 @@ func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 		attr.Sys.Foreground = true
 		attr.Sys.Ctty = p.tty
 	}
-	if cg != nil {
-		p.cg = cg
+	if p.cg != nil {
 		// clone3 with CLONE_INTO_CGROUP: not one instruction of the
 		// command runs outside its cgroup.
-		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, cg.fd
-		p.log.Debug("cgroup created", "cgroup", cg.path, "took", logfield.Duration(pr.took))
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, p.cg.fd
+		p.log.Debug("cgroup created", "cgroup", p.cg.path)
 	}
 	p.subscribe()
 	started := make(chan error)
-	execPath, argv := path, cfg.Argv
+	execPath, execArgv := path, argv
 	if activated(env) {
-		execPath, argv = viaTrampoline(path, cfg.Argv)
+		execPath, execArgv = viaTrampoline(path, argv)
 	}
-	go p.run(execPath, argv, attr, started)
-	if err = <-started; err != nil {
+	go p.run(execPath, execArgv, attr, started)
+	if err := <-started; err != nil {
 		p.unsubscribe()
 		p.closeTerminal()
 		unix.Close(p.wake)
@@ -278,15 +278,10 @@ func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 		case syscall.EAGAIN, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE:
 			failure = NoFork // fencerun could not fork: its failure, not the command's
 		}
-		return nil, &ExecError{Path: path, Err: err, Failure: failure}
+		return &ExecError{Path: path, Err: err, Failure: failure}
 	}
 	p.log.Debug("started", "pid", p.pid, "path", path, "foreground", foreground)
-	if cg != nil {
-		// The empty cgroups of runs killed while they waited, now that
-		// the command runs (see SweepCgroups).
-		sweepAfterStart(filepath.Dir(cg.path))
-	}
-	return p, nil
+	return nil
 }
 
 // run starts the child and reaps it. Pdeathsig fires when the thread that

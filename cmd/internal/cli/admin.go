@@ -156,15 +156,9 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 	var missing *noState
 	switch {
 	case errors.As(err, &missing):
-		// The cgroup directory is this process's, not the root's: runs
-		// of any root (or none left) leave their cgroups there.
-		removed = pruneCgroups(g)
-		if !c.JSON && len(removed) == 0 {
+		if !c.JSON {
 			fmt.Printf("nothing to prune: no state root at %s\n", missing.root)
 			return nil
-		}
-		if !c.JSON {
-			missing.note(g.log)
 		}
 	case err != nil:
 		return err
@@ -178,7 +172,6 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 		if err != nil {
 			return err
 		}
-		removed = append(removed, pruneCgroups(g)...)
 	}
 	if c.JSON {
 		if removed == nil {
@@ -248,26 +241,6 @@ func pruneLeftovers(ctx context.Context, backend store.Store, g *Globals) ([]sto
 		out = append(out, store.Pruned{Key: st.Key, What: "leftovers", Path: last.Cgroup, HolderPID: last.HolderPID, Count: n})
 	}
 	return out, nil
-}
-
-// pruneCgroups removes the empty cgroups that runs killed while they
-// waited left in this process's cgroup directory, where no record names
-// them (supervisor.SweepCgroups). Without a writable cgroup v2 hierarchy
-// there are none.
-func pruneCgroups(g *Globals) []store.Pruned {
-	h, err := supervisor.FindHierarchy()
-	if err != nil {
-		return nil
-	}
-	paths, err := h.Sweep()
-	if err != nil {
-		g.log.Warn("could not look for the cgroups of dead runs", "error", err)
-	}
-	var out []store.Pruned
-	for _, p := range paths {
-		out = append(out, store.Pruned{What: "dead run's cgroup", Path: p})
-	}
-	return out
 }
 
 // pruneGrace is prune's grace for dead holders' leftovers: run's default.

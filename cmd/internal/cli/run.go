@@ -227,17 +227,14 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 	stopSig, _ := parseSignal(r.KillSignal)
 	return fenced.Config{
 		Acquire: func(ctx context.Context) (store.Lease, error) { return r.acquire(ctx, g, log, claim, path) },
-		// The command's cgroup is made while the lease is taken, not after
-		// (P1, P2: docs/DESIGN.md).
-		Prepare: func() fenced.Prepared {
-			return supervisor.Prepare(supervisor.Config{
+		// The command's cgroup is made here, once the lease that records
+		// it is held, just before the start.
+		Start: func(lease store.Lease) (fenced.Process, error) {
+			prep := supervisor.Prepare(supervisor.Config{
 				Argv: r.Command, Path: path, Marker: claim.Marker,
-				StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"),
-				Cgroup: claim.Cgroup, Clock: clock,
+				StopSignal: stopSig, Grace: r.Grace, Cgroup: claim.Cgroup, Clock: clock,
 			})
-		},
-		Start: func(lease store.Lease, prep fenced.Prepared) (fenced.Process, error) {
-			return prep.(*supervisor.Prepared).Start(r.commandEnv(lease, claim.Marker), log.With("fence", lease.Fence()).Named("supervisor"))
+			return prep.Start(r.commandEnv(lease, claim.Marker), log.With("fence", lease.Fence()).Named("supervisor"))
 		},
 		StopLeftovers: func(ctx context.Context, trees []store.Leftover) ([]store.Leftover, error) {
 			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"), Clock: clock})
