@@ -6,10 +6,6 @@
 // etcd client's package initialisation costs every process that links it
 // about 3 ms of start-up, which the file backend must not pay (P1).
 //
-// It connects to the cluster its arguments and environment name while
-// kong parses them (P7), and uses that connection only if the parse names
-// the same cluster, credentials and TLS files.
-//
 //go:debug updatemaxprocs=0
 package main
 
@@ -22,73 +18,18 @@ import (
 	"github.com/fencerun/fencerun/cmd/internal/cli"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/etcdstore"
+	"github.com/fencerun/fencerun/supervisor"
 )
 
 func main() {
-	var d *dialed
-	if f, ok := cli.EarlyEtcdFlags(os.Args[1:]); ok {
-		d = dial(f)
-	}
-	code := cli.Main(os.Args[1:], d.open)
+	code := cli.Main(os.Args[1:], cli.Etcd{Open: open, MinTTL: etcdstore.MinTTL})
 	os.Exit(code)
-}
-
-// dialed is a store opened before the command line was parsed, from the
-// flags guessed then.
-type dialed struct {
-	flags cli.EtcdFlags
-	done  chan struct{}
-	s     *etcdstore.Store
-	err   error
-}
-
-func dial(f cli.EtcdFlags) *dialed {
-	d := &dialed{flags: f, done: make(chan struct{})}
-	go func() {
-		defer close(d.done)
-		d.s, d.err = open(f)
-		if d.err == nil {
-			d.s.Connect()
-		}
-	}()
-	// On the second core, while kong parses: what protobuf would build at
-	// the first message of each type, on the run's critical path.
-	go func() {
-		etcdstore.Warm()
-	}()
-	return d
-}
-
-// open is the early store when f is what it was opened with, else a new
-// one (and the early one is closed).
-func (d *dialed) open(f cli.EtcdFlags, log hclog.Logger) (store.Store, error) {
-	if d == nil {
-		return withLogger(open(f))(log)
-	}
-	<-d.done
-	if f == d.flags {
-		return withLogger(d.s, d.err)(log)
-	}
-	if d.s != nil {
-		d.s.Close()
-	}
-	return withLogger(open(f))(log)
-}
-
-func withLogger(s *etcdstore.Store, err error) func(hclog.Logger) (store.Store, error) {
-	return func(log hclog.Logger) (store.Store, error) {
-		if err != nil {
-			return nil, err
-		}
-		s.SetLogger(log)
-		return s, nil
-	}
 }
 
 // open opens the etcd backend the flags name. TLS is used when a
 // certificate flag is given or an endpoint is https:// or unixs://.
-func open(f cli.EtcdFlags) (*etcdstore.Store, error) {
-	o := etcdstore.Options{Endpoints: f.Endpoints(), DialTimeout: f.DialTimeout}
+func open(f cli.EtcdFlags, log hclog.Logger) (store.Store, error) {
+	o := etcdstore.Options{Endpoints: f.Endpoints(), DialTimeout: f.DialTimeout, Logger: log, Running: supervisor.CountTrees}
 	o.Username, o.Password = f.Credentials()
 	if f.Cacert != "" || f.Cert != "" || f.KeyFile != "" || wantsTLS(f.Etcd) {
 		cfg, err := etcdstore.TLSConfig(f.Cacert, f.Cert, f.KeyFile)
@@ -98,7 +39,10 @@ func open(f cli.EtcdFlags) (*etcdstore.Store, error) {
 		o.TLS = cfg
 	}
 	s, err := etcdstore.Open(o)
-	return s, err
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // wantsTLS reports whether an endpoint of the --etcd list asks for TLS:

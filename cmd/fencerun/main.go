@@ -17,12 +17,12 @@ import (
 	"os"
 
 	// First: its init execs fencerun-etcd for --etcd, before the other
-	// packages initialise.
-	_ "github.com/fencerun/fencerun/cmd/fencerun/hop"
+	// packages initialise; Err is why it could not.
+	"github.com/fencerun/fencerun/cmd/fencerun/hop"
 	"github.com/fencerun/fencerun/cmd/internal/cli"
 )
 
 func main() {
-	code := cli.Main(os.Args[1:], nil)
+	code := cli.Main(os.Args[1:], cli.Etcd{HopFailed: hop.Err})
 	os.Exit(code)
 }

@@ -327,6 +327,8 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 	ka := keepAlives{s: a.s, id: a.id}
 	defer ka.drop()
+	// The wait's watch is checked with every keep-alive (E7).
+	probe := startProber(ctx, a.s.c)
 	next := every
 	for {
 		select {
@@ -343,6 +345,7 @@ func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 		// that is being redialled need not heed octx) is trouble too.
 		late := time.AfterFunc(bound, a.troubled)
 		ttl, err := ka.send(clientv3.WithRequireLeader(octx))
+		probe.Poke()
 		late.Stop()
 		cancel()
 		switch {

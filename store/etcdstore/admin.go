@@ -15,7 +15,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencerun/fencerun/store"
-	"github.com/fencerun/fencerun/supervisor"
 )
 
 // contenders reads every key under key's prefix, oldest first: the holder,
@@ -199,8 +198,10 @@ func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
 // Prune revokes the leases of this host's contenders whose process is
 // gone: dead waiters, and holders that died before their lease expired.
 // Leftover records stay, but for those of dead waiters (pruneQueued):
-// they are what the next holder stops. It never
-// touches another host's contenders, nor one that is not fencerun's.
+// they are what the next holder stops. It never touches another host's
+// contenders, nor one that is not fencerun's, and stops no process: the
+// caller stops the trees dead holders left (fencerun prune takes each
+// free key with leftovers, as its next holder would).
 func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 	out := []store.Pruned{}
 	octx, cancel := s.op(ctx)
@@ -257,12 +258,15 @@ func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 
 // pruneQueued deletes this host's queued leftover records (see leftover)
 // that name nothing: their contender is gone (its pid dead, its key with
-// its lease) and no process of the tree they name runs; the empty cgroup
-// one names is removed first. A waiter killed while it waited leaves such
-// a record; it would otherwise show as the leftovers of a free key until
-// a holder on this host took the key. Each is deleted only as it was read
-// and while its contender key is absent.
+// its lease) and no process of the tree they name runs, as Options.Running
+// counts them (without it, none is deleted). A waiter killed while it
+// waited leaves such a record; it would otherwise show as the leftovers of
+// a free key until a holder on this host took the key. Each is deleted
+// only as it was read and while its contender key is absent.
 func (s *Store) pruneQueued(ctx context.Context) ([]store.Pruned, error) {
+	if s.running == nil {
+		return nil, nil
+	}
 	octx, cancel := s.op(ctx)
 	resp, err := s.c.Get(octx, side+"leftovers/", clientv3.WithPrefix())
 	cancel()
@@ -279,13 +283,8 @@ func (s *Store) pruneQueued(ctx context.Context) ([]store.Pruned, error) {
 		}
 		key, contender := rest[:i], rest
 		tree := []store.Leftover{bound(r, s.host).tree()}
-		if n, err := supervisor.CountTrees(tree); err != nil || n > 0 {
+		if n, err := s.running(tree); err != nil || n > 0 {
 			continue // a tree runs: the next holder here stops it
-		}
-		// Nothing runs, but a waiter's cgroup, made while it waited, may
-		// be there, empty: stopping the tree removes it.
-		if _, _, err := supervisor.StopTrees(ctx, tree, supervisor.StopConfig{Logger: s.log}); err != nil {
-			continue
 		}
 		octx, cancel := s.op(ctx)
 		done, err := s.c.Txn(octx).If(

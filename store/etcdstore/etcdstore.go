@@ -38,7 +38,31 @@ type Options struct {
 	Username    string
 	Password    string
 	Logger      hclog.Logger // nil: discarded
+	// Running counts the processes of trees on this host (the caller's
+	// supervisor.CountTrees): Prune deletes a dead waiter's record only
+	// when nothing of its tree runs. Nil: it deletes none. The backend
+	// itself reads no process tree and stops none.
+	Running func([]store.Leftover) (int, error)
 }
+
+// Every connection is health-checked (E7), as etcdctl's are: gRPC pings a
+// connection that read nothing for keepAliveTime (etcdctl asks for 2 s,
+// which gRPC raises to its floor of 10 s) and closes it when the ping is
+// not answered within keepAliveTimeout; gRPC also sets that timeout as the
+// socket's TCP_USER_TIMEOUT, so a connection whose data stays unacknowledged
+// for it (a black-holed or cut-off member) is closed by the kernel. A closed
+// connection leaves the client's rotation until it is dialled again, and
+// the calls on it fail over to a live member (see Lease.Renew and the
+// waiter's keep). Every connection fencerun uses while it holds or waits
+// carries a request every third of the TTL (the keep-alive, and a progress
+// request on the watch stream), so a member that goes silent is out of use
+// within about a second of the next one; etcdctl's 6 s timeout would leave
+// it in use past a short TTL. A false alarm (a second with no
+// acknowledgement on a live link) costs a reconnection, never the lease.
+const (
+	keepAliveTime    = 10 * time.Second
+	keepAliveTimeout = time.Second
+)
 
 // window is the client's gRPC flow-control window, per stream and for the
 // connection (see Open).
@@ -53,6 +77,7 @@ type Store struct {
 	tls     *tls.Config
 	log     hclog.Logger
 	host    string
+	running func([]store.Leftover) (int, error)
 
 	ticksOnce sync.Once
 	ticks     string
@@ -74,7 +99,7 @@ func Open(opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	s := &Store{eps: opts.Endpoints, timeout: opts.DialTimeout, tls: opts.TLS, log: opts.Logger.Named("store")}
+	s := &Store{eps: opts.Endpoints, timeout: opts.DialTimeout, tls: opts.TLS, log: opts.Logger.Named("store"), running: opts.Running}
 	s.host, _ = os.Hostname()
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   opts.Endpoints,
@@ -84,10 +109,10 @@ func Open(opts Options) (*Store, error) {
 		Password:    opts.Password,
 		// The client's own logs would go to stderr unasked; fencerun says
 		// what failed in its own words.
-		// No gRPC keep-alive pings: the keeper's renewals, each bounded
-		// by a third of the TTL, notice a dead connection, and the pings
-		// would cost a hold CPU every second (P4).
 		Logger: zap.NewNop(),
+		// Health-checked connections (E7): see keepAliveTimeout.
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
 		// Fixed flow-control windows, which turn gRPC's bandwidth-delay
 		// probe off: with it, every answer the client read (each of a
 		// renewal's) made it send a window update and a ping, and read the
@@ -104,22 +129,6 @@ func Open(opts Options) (*Store, error) {
 	s.c = c
 	s.kv = pb.NewKVClient(c.ActiveConnection())
 	return s, nil
-}
-
-// Connect starts connecting to the cluster now, in the background: the
-// client otherwise connects at its first call, which then waits for the
-// TCP and HTTP/2 handshakes (P7: fencerun-etcd connects while it parses
-// its command line).
-func (s *Store) Connect() { s.c.ActiveConnection().Connect() }
-
-// SetLogger replaces the logger Open was given (nil: discarded), for a
-// store opened before the command line that names the logger was parsed.
-// Call it before any other method.
-func (s *Store) SetLogger(log hclog.Logger) {
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
-	s.log = log.Named("store")
 }
 
 // Close closes the client and removes the tick directory. Leases taken

@@ -33,6 +33,7 @@ type Lease struct {
 	pred      *store.Holder
 	changes   chan struct{}
 	stopWatch context.CancelFunc
+	probe     *prober // keeps the watch's connection checked (E7)
 
 	mu       sync.Mutex
 	desc     desc
@@ -113,6 +114,7 @@ func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
 	pending := l.pending()
 	l.mu.Unlock()
 	succeeded, cerr := l.compare(ctx, pending)
+	l.probe.Poke()
 	ttl, err := answer()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return store.Term{}, l.lost("was revoked or expired: its lease is gone")
@@ -359,6 +361,7 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) watch() {
 	ctx, cancel := context.WithCancel(l.s.c.Ctx())
 	l.stopWatch = cancel
+	l.probe = startProber(ctx, l.s.c)
 	go l.watchKey(ctx, l.myKey, l.rev+1)
 	go l.watchKey(ctx, cancelKey(l.id), l.rev+1)
 }
@@ -374,6 +377,9 @@ func (l *Lease) watchKey(ctx context.Context, key string, from int64) {
 			}
 			if wr.CompactRevision > from {
 				from = wr.CompactRevision
+			}
+			if wr.IsProgressNotify() {
+				continue // the prober's answer: nothing changed
 			}
 			l.notify()
 			if wr.Err() != nil {

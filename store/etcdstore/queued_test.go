@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -100,6 +101,7 @@ func TestWaiterRecordIsPutAsItQueues(t *testing.T) {
 // it once nothing of its tree runs, and not before.
 func TestQueuedRecordOfTheDead(t *testing.T) {
 	s, _ := newStore(t)
+	s.running = carriersOf
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
@@ -285,4 +287,27 @@ func TestQueuedRecordOfAnotherHost(t *testing.T) {
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// carriersOf counts the processes that carry a tree's marker, as the
+// caller's supervisor.CountTrees does for trees without a cgroup or group
+// (Options.Running).
+func carriersOf(trees []store.Leftover) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		for _, tr := range trees {
+			if carries(pid, tr.Marker) {
+				n++
+			}
+		}
+	}
+	return n, nil
 }

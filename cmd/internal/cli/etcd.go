@@ -13,7 +13,6 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fencerun/fencerun/cmd/internal/duration"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -53,13 +52,21 @@ func (f EtcdFlags) Endpoints() []string {
 	return eps
 }
 
-// EtcdOpener opens the etcd backend. Only the binary that links the etcd
-// client has one (cmd/fencerun-etcd); fencerun execs that binary instead,
-// so that its own start-up does not pay for the client (P1).
-type EtcdOpener func(f EtcdFlags, log hclog.Logger) (store.Store, error)
-
-// etcdMinTTL is etcd's shortest lease; its TTLs are whole seconds (E5).
-const etcdMinTTL = 2 * time.Second
+// Etcd is the etcd backend as a binary has it. Only the binary that links
+// the etcd client opens it (cmd/fencerun-etcd); fencerun hands an etcd
+// command line to that binary instead (cmd/fencerun/hop, the one place
+// that decides it), so that its own start-up does not pay for the client
+// (P1).
+type Etcd struct {
+	// Open opens the backend; nil in a binary without it.
+	Open func(f EtcdFlags, log hclog.Logger) (store.Store, error)
+	// MinTTL is the backend's shortest lease (etcdstore.MinTTL); its
+	// TTLs are whole seconds (E5).
+	MinTTL time.Duration
+	// HopFailed is why a binary without the backend could not hand the
+	// command line to fencerun-etcd: set only when the hop was wanted.
+	HopFailed error
+}
 
 // checkEtcd refuses what the etcd backend cannot do and rounds --ttl up to
 // whole seconds, before anything is created anywhere.
@@ -80,8 +87,8 @@ func (c *CLI) checkEtcd(kctx *kong.Context) error {
 		return usage("--resident is a role on this host's files; it cannot be held on etcd (--etcd %s)", c.Etcd)
 	}
 	if strings.HasPrefix(kctx.Command(), "run") {
-		if c.Run.TTL < etcdMinTTL {
-			return usage("--ttl %v is under etcd's minimum lease of %v", c.Run.TTL, etcdMinTTL)
+		if c.Run.TTL < etcdBackend.MinTTL {
+			return usage("--ttl %v is under etcd's minimum lease of %v", c.Run.TTL, etcdBackend.MinTTL)
 		}
 		if r := c.Run.TTL % time.Second; r != 0 {
 			c.Run.TTL += time.Second - r // etcd leases are whole seconds: round up
@@ -179,53 +186,4 @@ func origin(kctx *kong.Context, name, value string) string {
 		}
 	}
 	return "--" + name + " " + value
-}
-
-// EarlyEtcdFlags reads the etcd flags from args and the environment before
-// the command line is parsed, as kong will read them: a flag before the
-// command's "--" wins, then the first of its variables that is set, then
-// its default. It lets fencerun-etcd dial the cluster while kong builds its
-// model (P7); the guess is used only if it equals what the parse gives
-// (EtcdFlags is comparable), so a wrong one costs a second dial, never a
-// wrong cluster. ok is false when no etcd endpoint is named.
-func EarlyEtcdFlags(args []string) (f EtcdFlags, ok bool) {
-	env := func(dst *string, names ...string) {
-		for _, n := range names {
-			if v, set := os.LookupEnv(n); set {
-				*dst = v
-				return
-			}
-		}
-	}
-	env(&f.Etcd, "FENCERUN_ETCD")
-	env(&f.Cacert, "FENCERUN_CACERT", "ETCDCTL_CACERT")
-	env(&f.Cert, "FENCERUN_CERT", "ETCDCTL_CERT")
-	env(&f.KeyFile, "FENCERUN_KEY_FILE", "ETCDCTL_KEY")
-	env(&f.User, "FENCERUN_USER", "ETCDCTL_USER")
-	env(&f.Password, "FENCERUN_PASSWORD", "ETCDCTL_PASSWORD")
-	timeout := "2s"
-	env(&timeout, "FENCERUN_DIAL_TIMEOUT", "ETCDCTL_DIAL_TIMEOUT")
-	flags := map[string]*string{
-		"--etcd": &f.Etcd, "--cacert": &f.Cacert, "--cert": &f.Cert, "--key-file": &f.KeyFile,
-		"--user": &f.User, "--password": &f.Password, "--dial-timeout": &timeout,
-	}
-	for i := 0; i < len(args) && args[i] != "--"; i++ {
-		name, value, inline := strings.Cut(args[i], "=")
-		dst, known := flags[name]
-		switch {
-		case !known:
-		case inline:
-			*dst = value
-		case i+1 < len(args):
-			i++
-			*dst = args[i]
-		}
-	}
-	d, err := duration.Parse(timeout)
-	if err != nil {
-		return f, false
-	}
-	f.DialTimeout = d
-	// Flags the parse will refuse are not dialled with.
-	return f, len(f.Endpoints()) > 0 && f.check() == nil
 }

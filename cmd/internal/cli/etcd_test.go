@@ -4,65 +4,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/store"
 )
-
-// TestEarlyEtcdFlagsAgreeWithTheParse: the guess fencerun-etcd dials
-// with before the command line is parsed equals what kong then parses,
-// for flags, their variables and their defaults; a guess that differed
-// would only cost a second dial, but then the early dial would be waste.
-func TestEarlyEtcdFlagsAgreeWithTheParse(t *testing.T) {
-	tests := []struct {
-		name string
-		env  map[string]string
-		args []string
-	}{
-		{"flag", nil, []string{"--etcd", "http://a:1", "run", "--key", "k", "--", "true"}},
-		{"inline flags", nil, []string{"--etcd=http://a:1,http://b:2", "--dial-timeout=5", "status", "k"}},
-		{"flags after the command", nil, []string{"run", "--etcd", "http://a:1", "--key", "k", "--cacert", "/ca.pem", "--dial-timeout", "1.5", "--", "true"}},
-		{"variables", map[string]string{"FENCERUN_ETCD": "http://e:1", "ETCDCTL_CACERT": "/ca.pem", "ETCDCTL_DIAL_TIMEOUT": "3s"}, []string{"status", "k"}},
-		{"FENCERUN_ before ETCDCTL_", map[string]string{"FENCERUN_ETCD": "http://e:1", "FENCERUN_USER": "u", "ETCDCTL_USER": "v", "ETCDCTL_PASSWORD": "pw"}, []string{"list"}},
-		{"a flag before its variable", map[string]string{"FENCERUN_ETCD": "http://e:1", "FENCERUN_USER": "u", "FENCERUN_KEY_FILE": "/k.pem"}, []string{"--user", "w", "--key-file", "/j.pem", "--cert", "/c.pem", "list"}},
-		{"the command's arguments are not fencerun's", nil, []string{"--etcd", "http://a:1", "run", "--key", "k", "--", "sh", "--etcd", "http://z:9", "--user", "x"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			for _, v := range []string{"FENCERUN_ETCD", "FENCERUN_CACERT", "ETCDCTL_CACERT", "FENCERUN_CERT", "ETCDCTL_CERT",
-				"FENCERUN_KEY_FILE", "ETCDCTL_KEY", "FENCERUN_USER", "ETCDCTL_USER", "FENCERUN_PASSWORD", "ETCDCTL_PASSWORD",
-				"FENCERUN_DIAL_TIMEOUT", "ETCDCTL_DIAL_TIMEOUT"} {
-				t.Setenv(v, "")
-				unsetenv(t, v)
-			}
-			for k, v := range tt.env {
-				t.Setenv(k, v)
-			}
-			var c CLI
-			parser, err := newParser(&c, func(int) {})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := parser.Parse(tt.args); err != nil {
-				t.Fatalf("parse %q: %v", tt.args, err)
-			}
-			early, ok := EarlyEtcdFlags(tt.args)
-			if !ok {
-				t.Fatalf("EarlyEtcdFlags(%q) names no endpoint; the parse gave %+v", tt.args, c.EtcdFlags)
-			}
-			if early != c.EtcdFlags {
-				t.Errorf("EarlyEtcdFlags(%q) = %+v, the parse gave %+v", tt.args, early, c.EtcdFlags)
-			}
-		})
-	}
-	t.Run("no endpoint", func(t *testing.T) {
-		unsetenv(t, "FENCERUN_ETCD")
-		if f, ok := EarlyEtcdFlags([]string{"run", "--key", "k", "--", "true", "--etcd", "x"}); ok {
-			t.Errorf("no --etcd before the command: guessed %+v", f)
-		}
-	})
-}
 
 // unsetenv unsets v for the test, and restores it afterwards (t.Setenv
 // can only set).
@@ -81,8 +28,7 @@ func unsetenv(t *testing.T, v string) {
 // is created: taken as the file backend, a lock meant for every host would
 // be this host's only. FENCERUN_ETCD set empty is unset, as every variable.
 // So are a malformed endpoint and a --dial-timeout of 0, before any store
-// is opened or dialled, early (fencerun-etcd's dial during the parse) or
-// not.
+// is opened or dialled.
 func TestBadEtcdFlagsAreRefused(t *testing.T) {
 	for _, v := range []string{"FENCERUN_ETCD", "FENCERUN_DIAL_TIMEOUT", "ETCDCTL_DIAL_TIMEOUT"} {
 		unsetenv(t, v)
@@ -98,10 +44,7 @@ func TestBadEtcdFlagsAreRefused(t *testing.T) {
 		{"--dir", dir, "--etcd", "http://127.0.0.1:2379,h:x", "status", "k"},
 		{"--dir", dir, "--etcd", "http://127.0.0.1:2379", "--dial-timeout", "0", "run", "--key", "k", "--", "true"},
 	} {
-		if f, ok := EarlyEtcdFlags(args); ok {
-			t.Errorf("%q: fencerun-etcd would dial %+v during the parse", args, f)
-		}
-		if code := Main(args, opener); code != exitFailed {
+		if code := Main(args, Etcd{Open: opener, MinTTL: 2 * time.Second}); code != exitFailed {
 			t.Errorf("%q: exit %d, want %d", args, code, exitFailed)
 		}
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {

@@ -24,7 +24,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/cmd/internal/duration"
-	"github.com/fencerun/fencerun/cmd/internal/etcdhop"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/store/filestore"
 )
@@ -60,22 +59,23 @@ type CLI struct {
 	Man        ManCmd        `cmd:"" hidden:"" help:"Print the manual page fencerun(1) in roff (just man writes docs/fencerun.1)."`
 }
 
-// openEtcd is the etcd backend, in the binary that links it.
-var openEtcd EtcdOpener
+// etcdBackend is the etcd backend as this binary has it.
+var etcdBackend Etcd
 
-// Main runs fencerun with args and returns its exit code. etcd opens the
-// etcd backend; nil (fencerun) execs fencerun-etcd when --etcd is given.
-func Main(args []string, etcd EtcdOpener) int {
-	openEtcd = etcd
+// Main runs fencerun with args and returns its exit code. etcd is the etcd
+// backend as the binary has it: fencerun has none, and comes here with an
+// etcd command line only when its hop to fencerun-etcd failed.
+func Main(args []string, etcd Etcd) int {
+	etcdBackend = etcd
 	hideEnclosingLease()
 	// The logger exists before the command line is parsed, so that with
 	// --log-format json even a parse error is a JSON line (issue 12).
 	early := earlyLogOptions(args)
 	log := newLogger(early)
-	if etcd == nil && etcdhop.Wanted(args) {
-		// Before kong builds its model: this process only hands over
-		// (cmd/fencerun/hop did already, unless the helper is missing).
-		log.Error(etcdhop.Exec(args).Error()) // returns only on failure
+	if etcd.HopFailed != nil {
+		// Before kong builds its model: the command line is
+		// fencerun-etcd's, which could not be run.
+		log.Error(etcd.HopFailed.Error())
 		return exitFailed
 	}
 	var cli CLI
@@ -104,7 +104,7 @@ func Main(args []string, etcd EtcdOpener) int {
 		// An --etcd given empty (--etcd "$UNSET") is refused with the
 		// reason, as --etcd , is, never taken as the file backend: a lock
 		// meant for every host would be this host's only.
-		if err := cli.selectEtcd(kctx, args); err != nil {
+		if err := cli.selectEtcd(kctx); err != nil {
 			log.Error(err.Error())
 			return exitFailed
 		}
@@ -165,14 +165,14 @@ func etcdFlagGiven(kctx *kong.Context) bool {
 	return false
 }
 
-// selectEtcd checks the etcd flags and, in a binary without the etcd
-// client, execs fencerun-etcd; it returns only on failure there.
-func (cli *CLI) selectEtcd(kctx *kong.Context, args []string) error {
+// selectEtcd checks the etcd flags. A binary without the backend never
+// gets here with them: cmd/fencerun/hop handed its command line on.
+func (cli *CLI) selectEtcd(kctx *kong.Context) error {
 	if err := cli.checkEtcd(kctx); err != nil {
 		return err
 	}
-	if openEtcd == nil {
-		return etcdhop.Exec(args)
+	if etcdBackend.Open == nil {
+		return fmt.Errorf("--etcd: this binary has no etcd backend; run %s", "fencerun-etcd")
 	}
 	return nil
 }
@@ -220,7 +220,7 @@ func (g *Globals) openStore(create bool) (store.Store, error) {
 		return g.backend, nil
 	}
 	if g.Etcd != "" {
-		s, err := openEtcd(g.EtcdFlags, g.log)
+		s, err := etcdBackend.Open(g.EtcdFlags, g.log)
 		if err != nil {
 			return nil, fail(exitFailed, "%v", err)
 		}

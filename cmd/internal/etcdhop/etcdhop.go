@@ -6,8 +6,9 @@
 // beside fencerun's own executable, else in PATH, with the same arguments
 // and environment, and that Wanted reads only the arguments and
 // FENCERUN_ETCD. It imports nothing but the standard library and has no
-// package initialisation, so that cmd/fencerun/hop can exec from an init
-// function before the rest of fencerun's packages initialise. It does not
+// package initialisation, so that cmd/fencerun/hop, the one caller that
+// decides and makes the hop, can exec from an init function before the rest
+// of fencerun's packages initialise. It does not
 // check the command line: fencerun-etcd parses it, and says what is wrong.
 package etcdhop
 
@@ -51,12 +52,7 @@ func Exec(args []string) error {
 	if err != nil {
 		return err
 	}
-	return ExecPath(path, args)
-}
-
-// ExecPath execs the helper at path; it returns only on failure.
-func ExecPath(path string, args []string) error {
-	err := syscall.Exec(path, append([]string{path}, args...), os.Environ())
+	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
 	return fmt.Errorf("--etcd: exec %s: %w", path, err)
 }
 

@@ -1,0 +1,49 @@
+package etcdstore
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// prober keeps the connection that carries the client's watches in use,
+// so that a member that goes silent under a watch is noticed (E7): a watch
+// reads nothing while its key does not change, and a connection that
+// reads nothing is pinged only after gRPC's floor of 10 s (see
+// keepAliveTime). Each poke asks for a progress report on the watch stream
+// of the require-leader watches (etcd 3.4 and later answer at once), whose
+// bytes the member must acknowledge within keepAliveTimeout, or the
+// connection is closed and the watches resume on a live member. Holders
+// and waiters poke it with every keep-alive, every third of the TTL. The
+// report itself is no event: the watchers skip it.
+type prober struct {
+	c    *clientv3.Client
+	poke chan struct{}
+}
+
+// startProber starts the goroutine that asks, until ctx ends. A request
+// waits while the stream is being opened again (there is then nothing to
+// probe), and pokes meanwhile are dropped: a poke never delays its caller.
+func startProber(ctx context.Context, c *clientv3.Client) *prober {
+	p := &prober{c: c, poke: make(chan struct{}, 1)}
+	go func() {
+		wctx := clientv3.WithRequireLeader(ctx)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.poke:
+			}
+			_ = p.c.RequestProgress(wctx)
+		}
+	}()
+	return p
+}
+
+// Poke asks for a progress report, without waiting.
+func (p *prober) Poke() {
+	select {
+	case p.poke <- struct{}{}:
+	default:
+	}
+}
