@@ -121,6 +121,9 @@ type Keeper struct {
 	pause    chan struct{}
 	resume   chan chan error
 	ended    chan struct{} // closed when Run returned
+
+	termMu sync.Mutex
+	latest store.Term // of the acquisition or the last renewal (Renewed)
 }
 
 // New validates the timing and returns a Keeper whose lease counts as
@@ -144,8 +147,8 @@ func New(c Config) (*Keeper, error) {
 	}
 	return &Keeper{
 		lease: c.Lease, ttl: c.TTL, grace: c.Grace, clock: c.Clock,
-		log:   c.Logger,
-		term:  c.Lease.Term(),
+		log:  c.Logger,
+		term: c.Lease.Term(), latest: c.Lease.Term(),
 		ticks: make(chan time.Time, 1), requests: make(chan Reason, 1), cancel: make(chan struct{}),
 		idle:  make(chan struct{}, 1),
 		pause: make(chan struct{}), resume: make(chan chan error), ended: make(chan struct{}),
@@ -416,6 +419,9 @@ func (k *Keeper) Run(ctx context.Context) error {
 				term := renewed(r, at)
 				expiry = term.End()
 				nextRenew = term.Start + term.TTL/3
+				k.termMu.Lock()
+				k.latest = term
+				k.termMu.Unlock()
 				traced := k.log.IsTrace()
 				if traced {
 					k.log.Trace("renewed", "valid_until_boottime_ns", int64(expiry))
@@ -449,6 +455,16 @@ func renewed(r opResult, now time.Duration) store.Term {
 		t.Start = r.sent
 	}
 	return t
+}
+
+// Renewed is the term the last successful renewal set, or the
+// acquisition's before the first: whoever must know that the lease is
+// being renewed (systemd's watchdog, N1) compares its Start with the
+// clock. Safe from any goroutine.
+func (k *Keeper) Renewed() store.Term {
+	k.termMu.Lock()
+	defer k.termMu.Unlock()
+	return k.latest
 }
 
 // Pause tells the keeper that this process is about to stop itself with

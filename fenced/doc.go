@@ -24,7 +24,17 @@
 //   - ticks: `fencerun tick` from the command's tree, stamped by the keeper
 //     and fed to the watchdog;
 //   - timeout: --timeout, counted from the command's start on the injected
-//     clock.
+//     clock;
+//   - notifier: systemd's notify protocol (N1, Config.Notify): READY=1 and
+//     the lease in STATUS once the command started (or, with a relay,
+//     READY=1 when the command says it: what the command's tree sends is
+//     relayed from fencerun's pid, MAINPID never, and a message from any
+//     other process dropped); the watchdog fed only while the renewal due
+//     is at most half a watchdog interval late (with a relay, only as the
+//     command feeds it); STATUS with the reason and STOPPING=1 when the run
+//     stops the command (a lost lease says "lease lost"). A keeper that
+//     loses the lease after another actor began the stop is not told
+//     again: the STOPPING=1 went already.
 //
 // When one actor ends, the others are interrupted; the keeper, the signals
 // and the ticks go on until the command's tree is gone, so that a fence

@@ -71,6 +71,8 @@ type Config struct {
 	Signals <-chan os.Signal
 	// Ticks, if not nil, is served while the command runs.
 	Ticks Ticks
+	// Notify, if not nil, speaks systemd's notify protocol (N1).
+	Notify *Notify
 
 	TTL        time.Duration // of the lease
 	Grace      time.Duration // between the stop signal and SIGKILL
@@ -258,6 +260,10 @@ func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.L
 	if cfg.Ticks != nil {
 		t := &ticks{server: cfg.Ticks, cmd: cmd, keeper: keeper, watchdog: dog}
 		g.Add(t.execute, t.interrupt)
+	}
+	if cfg.Notify != nil {
+		n := newNotifier(cfg, cmd, keeper, lease.Key(), lease.Fence(), log.Named("notify"))
+		g.Add(n.execute, n.interrupt)
 	}
 	if cfg.Timeout > 0 {
 		t := &timeout{after: cfg.Timeout, clock: cfg.Clock, cmd: cmd, done: make(chan struct{})}

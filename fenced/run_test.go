@@ -33,6 +33,7 @@ type fakeLease struct {
 	procGone func() bool   // reports, at Release, whether the command's tree is gone
 	gone     atomic.Bool   // what procGone said
 	recorded chan struct{} // if not nil, SetCommand waits until it is closed (a store that hangs)
+	hang     chan struct{} // if not nil, Renew waits until it is closed (renewals that stopped)
 }
 
 func newFakeLease(clock *fencetest.FakeClock, ttl time.Duration) *fakeLease {
@@ -55,7 +56,12 @@ func (l *fakeLease) SetCommand(_ context.Context, group, _ store.ProcessID) erro
 }
 func (l *fakeLease) Changes() <-chan struct{}                  { return l.changes }
 func (l *fakeLease) Tick(_ context.Context, t time.Time) error { l.ticks <- t; return nil }
-func (l *fakeLease) Renew(context.Context) (store.Term, error) { return l.Term(), nil }
+func (l *fakeLease) Renew(context.Context) (store.Term, error) {
+	if l.hang != nil {
+		<-l.hang
+	}
+	return l.Term(), nil
+}
 func (l *fakeLease) Check(ctx context.Context) (store.Request, error) {
 	select {
 	case err := <-l.checks:

@@ -42,8 +42,13 @@ type RunCmd struct {
 	HandoverWait time.Duration  `default:"30s" help:"Resident: how long to wait for the holder to hand over."`
 	Build        string         `placeholder:"PATH" help:"Resident: the file whose identity is the build, for interpreted workers (the script of python3 worker.py). Only a build of the same path can take the role over by handover."`
 	Cgroup       string         `enum:"auto,require,off" default:"auto" help:"auto: run the command in a cgroup of its own where a writable cgroup v2 hierarchy exists (root, or a systemd-delegated subtree), so that its whole tree is found and killed exactly; require: exit 125 where none does; off: find the tree among fencerun's descendants."`
+	Ready        string         `enum:"start,command" default:"start" help:"Under systemd's notify protocol (Type=notify, NOTIFY_SOCKET set): start says READY=1 once the command started under the lease; command leaves READY=1 to the command, which gets a NOTIFY_SOCKET of fencerun's and whose messages fencerun relays from its own pid (NotifyAccess=main works), MAINPID excepted. The status says the holder and position while waiting, the lease once held, and STOPPING=1 with the reason when the lease is lost. With WatchdogSec=, the watchdog is fed only while the lease is renewed (and, with command, as the command feeds it)."`
 
 	Command []string `arg:"" optional:"" passthrough:"partial" help:"The command and its arguments, after --."`
+
+	notified    *fenced.Notify // systemd's notify protocol, or nil (N1)
+	relayAddr   string         // the command's NOTIFY_SOCKET (--ready command)
+	saidWaiting string         // the waiting STATUS last sent
 
 	conflictGiven bool   // -E typed or exported: a conflict is the caller's to report
 	waitedFor     string // what the wait was waiting for when a signal ended it
@@ -212,6 +217,12 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer ticks.Close()
+	if r.notified, err = r.notify(g); err != nil {
+		return err
+	}
+	if r.notified != nil && r.notified.Relay != nil {
+		defer r.notified.Relay.Close()
+	}
 	clock := fence.BootClock{}
 	claim, err := r.claim(g, ticks.Addr(), clock)
 	if err != nil {
@@ -240,7 +251,7 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"), Clock: clock})
 			return elsewhere, err
 		},
-		Signals: sigs, Ticks: ticks,
+		Signals: sigs, Ticks: ticks, Notify: r.notified,
 		TTL: r.TTL, Grace: r.Grace, Timeout: r.Timeout, StuckAfter: r.stuckAfter(),
 		Clock: clock, Logger: log,
 	}
@@ -307,7 +318,7 @@ func (r *RunCmd) claim(g *Globals, tickAddr string, clock fence.Clock) (store.Cl
 // that --wait ended is a lease not acquired.
 func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, claim store.Claim, path string) (store.Lease, error) {
 	w := r.wait()
-	report := &waitReport{what: r.what(), limit: w, log: log, term: stderrTerminal(g), start: time.Now()}
+	report := &waitReport{what: r.what(), limit: w, log: log, term: stderrTerminal(g), start: time.Now(), notify: r.waitStatus}
 	if !w.None() {
 		var done func()
 		ctx, done = report.interruptible(ctx, &r.waitedFor)
@@ -371,7 +382,7 @@ func (r *RunCmd) notAcquired(err error, holder func() *store.Holder) error {
 // commandEnv is the command's environment under lease (contract: what the
 // command is given).
 func (r *RunCmd) commandEnv(lease store.Lease, marker string) []string {
-	env := withoutFencerunVars(os.Environ())
+	env := r.notifyEnv(withoutFencerunVars(os.Environ()))
 	if r.Resident != "" {
 		env = append(env, "FENCERUN_RESIDENT="+lease.Key())
 	} else {

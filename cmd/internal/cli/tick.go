@@ -36,21 +36,31 @@ func (TickCmd) Run(ctx context.Context) error {
 // tick directory (a path socket: reached from any network namespace, and
 // only by the store's users), creating the root as run does anyway.
 func (g *Globals) listenTicks(log hclog.Logger) (*fence.TickServer, error) {
-	backend, err := g.openStore(true)
+	dir, err := g.tickDir()
 	if err != nil {
 		return nil, err
-	}
-	fs, ok := backend.(interface{ TickDir() (string, error) })
-	if !ok {
-		return nil, fail(exitFailed, "this backend has no directory for tick sockets")
-	}
-	dir, err := fs.TickDir()
-	if err != nil {
-		return nil, fail(exitFailed, "%v", err)
 	}
 	ticks, err := fence.ListenTicks(dir, log)
 	if err != nil {
 		return nil, fail(exitFailed, "%v", err)
 	}
 	return ticks, nil
+}
+
+// tickDir is the state root's private directory for the sockets a run
+// gives its command: the tick socket, and the notify relay's (N1).
+func (g *Globals) tickDir() (string, error) {
+	backend, err := g.openStore(true)
+	if err != nil {
+		return "", err
+	}
+	fs, ok := backend.(interface{ TickDir() (string, error) })
+	if !ok {
+		return "", fail(exitFailed, "this backend has no directory for tick sockets")
+	}
+	dir, err := fs.TickDir()
+	if err != nil {
+		return "", fail(exitFailed, "%v", err)
+	}
+	return dir, nil
 }

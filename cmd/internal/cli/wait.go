@@ -34,6 +34,10 @@ type waitReport struct {
 	log    hclog.Logger
 	logged bool     // log the queued line (residents log their own)
 	term   *os.File // the terminal to draw the line on, or nil
+	// notify, if not nil, is told the line (without "fencerun: ") at each
+	// look: the unit's STATUS under systemd (N1), looked at every
+	// notifyLook.
+	notify func(line string)
 
 	start  time.Time
 	stop   chan struct{}
@@ -47,8 +51,9 @@ type waitReport struct {
 // firstLook is how long an acquisition may take before it counts as a
 // wait; the terminal's line is redrawn every redraw.
 const (
-	firstLook = 100 * time.Millisecond
-	redraw    = 250 * time.Millisecond
+	firstLook  = 100 * time.Millisecond
+	redraw     = 250 * time.Millisecond
+	notifyLook = 5 * time.Second
 )
 
 // waitState is what a wait is waiting for, as one status read finds it:
@@ -110,7 +115,7 @@ func (s waitState) String() string {
 // is when the wait began): nothing at all unless it logs the queued line
 // or draws on a terminal. end stops it.
 func startWaitReport(w *waitReport) *waitReport {
-	if w.term == nil && !(w.logged && w.log.IsInfo()) {
+	if w.term == nil && w.notify == nil && !(w.logged && w.log.IsInfo()) {
 		return w
 	}
 	w.stop, w.done = make(chan struct{}), make(chan struct{})
@@ -139,13 +144,21 @@ func (w *waitReport) run(ctx context.Context) {
 			logged = true
 			w.logQueued(s)
 		}
+		if err == nil && w.notify != nil {
+			w.notify(strings.TrimPrefix(w.line(s), "fencerun: "))
+		}
 		if w.term == nil {
 			// Not in the queue yet (a stuck guard, a handoff): look a few
-			// more times, ever later, and then no more.
-			if pause *= 2; logged || pause > 8*firstLook {
+			// more times, ever later, and then no more, but every
+			// notifyLook for a service manager's status.
+			switch pause *= 2; {
+			case w.notify != nil:
+				t.Reset(min(pause, notifyLook))
+			case logged || pause > 8*firstLook:
 				return
+			default:
+				t.Reset(pause)
 			}
-			t.Reset(pause)
 			continue
 		}
 		if err == nil {
