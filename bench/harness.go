@@ -1,6 +1,7 @@
 package main
 
 import (
+	"debug/elf"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -155,6 +156,9 @@ func newHarness(cfg config) (*harness, error) {
 	h.stamp, h.stampErr = h.buildStamp()
 
 	bin, err := h.buildFencerun()
+	if err == nil {
+		h.notes = append(h.notes, measuredBinary(bin, cfg.Fencerun != ""))
+	}
 	h.fencerun = h.fencerunTool(bin, err)
 	h.fencerunOff = h.fencerunTool(bin, err, "--cgroup", "off")
 	if err == nil {
@@ -239,6 +243,29 @@ func (h *harness) buildFencerun() (string, error) {
 		return h.cfg.Fencerun, nil
 	}
 	return h.buildStatic("./cmd/fencerun", "fencerun")
+}
+
+// measuredBinary says which fencerun binary the figures are of and how it
+// is linked, read from its ELF program headers: a dynamically linked one
+// (go build where a C compiler is, without CGO_ENABLED=0) pays the loader
+// at every start, so its figures are not those of the binary README's
+// install and just build make (static).
+func measuredBinary(bin string, given bool) string {
+	name, how := "fencerun", "built here with CGO_ENABLED=0 go build, as README's install and just build make it"
+	if given {
+		name, how = bin, "given with -fencerun"
+	}
+	link := "linkage unknown"
+	if f, err := elf.Open(bin); err == nil {
+		link = "statically linked"
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				link = "dynamically linked (it pays the dynamic loader at every start)"
+			}
+		}
+		f.Close()
+	}
+	return fmt.Sprintf("fencerun measured: %s, %s; %s.", name, how, link)
 }
 
 // buildFloor builds bench/floor, as fencerun is built.
