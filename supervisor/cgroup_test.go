@@ -190,8 +190,11 @@ func TestLeftoverOutsideItsCgroupIsStopped(t *testing.T) {
 	if err != nil || escapee.pgid != lq.pid {
 		t.Fatalf("the escapee %d is in group %d, not the leader's %d (%v): the scenario did not happen", escapee.pid, escapee.pgid, lq.pid, err)
 	}
+	if err := bindCgroup(dead, e.marker); err != nil {
+		t.Fatal(err)
+	}
 	host, _ := os.Hostname()
-	l := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: dead, Group: store.ProcessID{ID: lq.pid, Start: lq.start}}
+	l := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: dead, Marker: e.marker, Group: store.ProcessID{ID: lq.pid, Start: lq.start}}
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	if _, err := StopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil {
@@ -203,12 +206,21 @@ func TestLeftoverOutsideItsCgroupIsStopped(t *testing.T) {
 	}
 }
 
-// S9: a shared store's record (a group store's, etcd's) may name only the
-// cgroup its own run made. A member who writes another run's cgroup path
-// into a record, say a root job of root's private store, with a marker of
-// the member's own store, gets nothing of it stopped; the run's own marker
-// reaches it.
-func TestSharedRecordNamesOnlyItsOwnRunsCgroup(t *testing.T) {
+// S9: a record may name only the cgroup its own run made. A shared
+// store's member, or a private store's legacy or hand-made record, that
+// writes another run's cgroup path into a record, say a root job of
+// root's private store, with a marker of its own, gets nothing of it
+// stopped; the run's own marker reaches it. Before (issue 26, point 9), a
+// private store's record had its cgroup killed verbatim.
+func TestRecordNamesOnlyItsOwnRunsCgroup(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(map[bool]string{true: "shared", false: "private"}[shared], func(t *testing.T) {
+			testRecordNamesOnlyItsOwnRunsCgroup(t, shared)
+		})
+	}
+}
+
+func testRecordNamesOnlyItsOwnRunsCgroup(t *testing.T, shared bool) {
 	h := hierarchy(t)
 	e := newEnv(t)
 	path := h.NewPath()
@@ -226,16 +238,16 @@ func TestSharedRecordNamesOnlyItsOwnRunsCgroup(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
-	forged := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: other, Shared: true}
+	forged := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: other, Shared: shared}
 	if n, err := StopLeftovers(ctx, forged, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 0 {
-		t.Errorf("a forged shared record: found %d, %v; want 0, nil", n, err)
+		t.Errorf("a forged record: found %d, %v; want 0, nil", n, err)
 	}
 	if cur, err := readProc(victim.pid); err != nil || cur.start != victim.start || cur.dead() {
-		t.Fatalf("a shared record naming another run's cgroup stopped pid %d", victim.pid)
+		t.Fatalf("a record naming another run's cgroup stopped pid %d", victim.pid)
 	}
-	own := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: e.marker, Shared: true}
+	own := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: e.marker, Shared: shared}
 	if n, err := StopLeftovers(ctx, own, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n == 0 {
-		t.Errorf("the run's own shared record: found %d, %v; want its process stopped", n, err)
+		t.Errorf("the run's own record: found %d, %v; want its process stopped", n, err)
 	}
 	wait(t, p)
 	requireGone(t, victim, false)
