@@ -7,7 +7,7 @@ import (
 )
 
 // readLeaseRecord reads the JSON record of a key's lease file: the newer of
-// its two slots (internal/slots: a 24-byte header with the
+// its two slots (internal/statefs: a 24-byte header with the
 // sequence number at 8 and the length at 16) that holds valid JSON.
 func readLeaseRecord(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)

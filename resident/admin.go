@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
@@ -27,7 +26,7 @@ import (
 // holder or an unreadable lock file, and what it repaired of the fences
 // (nil: nothing); a free role is left as it is, with whatever leftovers
 // its stale payload records for the next holder.
-func Revoke(storePath string) (bool, *fences.Repaired, error) {
+func Revoke(storePath string) (bool, *statefs.Repaired, error) {
 	p, err := pathsOf(storePath)
 	if err != nil {
 		return false, nil, err
@@ -37,7 +36,7 @@ func Revoke(storePath string) (bool, *fences.Repaired, error) {
 		return had, nil, err
 	}
 	// A fence beyond what the allocator hands out is no dead holder's.
-	if hint > fences.Max-2*fences.Block {
+	if hint > statefs.FenceMax-2*statefs.FenceBlock {
 		hint = 0
 	}
 	repaired, err := repairFences(p, hint)

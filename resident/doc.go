@@ -10,7 +10,7 @@
 //
 //	app.db.resident.lock      the role: flock(LOCK_EX) held by the holder for
 //	                          as long as it lives; its content is the payload
-//	app.db.resident.fence     the durable fence reservation (internal/fences)
+//	app.db.resident.fence     the durable fence reservation (internal/statefs)
 //	app.db.resident.fence-next this boot's fence counter, and the fence lock
 //	app.db.resident.handover  a newcomer's handover request (at most one)
 //	app.db.resident.cancel    a cancel request: the holder's fence (cancel --resident)
@@ -31,9 +31,9 @@
 // store.ErrCorrupt naming the file, Status says corrupt, and Revoke
 // (release --resident --force) clears it. Revoke also clears a fence reservation
 // that cannot be read, or a FIFO or directory where the fence counter
-// belongs (fences.Counter.Repair: the next fence is above every one
+// belongs (statefs.Counter.Repair: the next fence is above every one
 // handed out before); until then every Acquire fails naming the file. A
-// payload whose fence is beyond fences.Max-2*fences.Block (no fence would be left above it) is corrupt, as a file
+// payload whose fence is beyond statefs.FenceMax-2*statefs.FenceBlock (no fence would be left above it) is corrupt, as a file
 // backend record's is: the next fence would wrap around. The lock file is deleted only by
 // Revoke: deleting or replacing it (by hand, a cleanup script) would let a
 // standby lock a fresh inode, so a holder checks that the path still names
@@ -62,12 +62,12 @@
 //     locked inode); instead the holder rewrites it in place under an OFD
 //     write lock (F_OFD_SETLK) and readers read under an OFD read lock. On
 //     Linux these byte-range locks do not interact with flock. The file is
-//     two checksummed slots (internal/slots): a write is one pwrite into the
+//     two checksummed slots (internal/statefs): a write is one pwrite into the
 //     older slot, so a holder killed in the middle of one, or a power cut
 //     tearing its page, leaves the payload before it readable; a release is
 //     an empty slot.
 //   - Fencing tokens (S4) come from the one fence allocator the file
-//     backend uses too (internal/fences): a reservation made durable
+//     backend uses too (internal/statefs): a reservation made durable
 //     before the payload announces a token it covers, so a crash between
 //     the two loses a token that was never handed out, and tokens survive
 //     a reboot (the next is then above the whole reservation). The next

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
 // The role's fencing tokens (S4) come from the one fence allocator of
-// fencerun's state, internal/fences, as the file backend's do: a durable
+// fencerun's state, internal/statefs, as the file backend's do: a durable
 // reservation in <store>.resident.fence, a block of fences at a time, and
 // the exact counter of this boot in <store>.resident.fence-next. An
 // earlier fencerun's fence file there ({"schema":1,"fence":N}, the last
@@ -40,19 +39,19 @@ func nextFence(p paths, stale uint64) (uint64, error) {
 
 // counterIn is the role's fence counter: the fence file name in d, the
 // role's directory, and its counter beside it.
-func counterIn(d statefs.Dir, name string) fences.Counter {
-	return fences.Counter{Dir: d, Reservation: name, Lock: name + "-next"}
+func counterIn(d statefs.Dir, name string) statefs.Counter {
+	return statefs.Counter{Dir: d, Reservation: name, Lock: name + "-next"}
 }
 
 // repairFences restarts the role's fence reservation when it cannot be
 // read, or clears what stands in the counter's place, as release --force
-// does for the file backend's (fences.Counter.Repair): the next fence is
+// does for the file backend's (statefs.Counter.Repair): the next fence is
 // above the larger of floorHint (a dead holder's payload's) and every
 // fence handed out before. It creates nothing where there is nothing to
 // repair, and returns nil then. Looking first, it reads another user's
 // files too; it repairs only with the role's own access (openIn), so that
 // another user's fence files are refused, not replaced.
-func repairFences(p paths, floorHint uint64) (*fences.Repaired, error) {
+func repairFences(p paths, floorHint uint64) (*statefs.Repaired, error) {
 	d, name, err := openIn(p.fence, true)
 	if err != nil {
 		return nil, nil // no directory: nothing there to repair

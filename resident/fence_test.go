@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 )
 
@@ -31,10 +30,10 @@ func reserved(t *testing.T, storePath string) uint64 {
 	return r.Reserved
 }
 
-// slottedFile writes content as a slotted file (internal/slots) at path.
+// slottedFile writes content as a slotted file (internal/statefs) at path.
 func slottedFile(t *testing.T, path, content string) {
 	t.Helper()
-	f, err := slots.Whole([]byte(content), 2)
+	f, err := statefs.WholeSlots([]byte(content), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/fences"
-	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
@@ -65,13 +63,13 @@ func (d *duration) UnmarshalText(b []byte) error {
 
 // decodePayload parses a payload read from path; empty reports a file with
 // no payload in it (a released role, or one being taken). The file is two
-// slots (internal/slots) holding the payload, or nothing for a released
+// slots (internal/statefs) holding the payload, or nothing for a released
 // role; a plain JSON payload, as earlier fencerun wrote, is read too.
 func decodePayload(data []byte, path string) (p payload, empty bool, err error) {
-	if slots.IsSlotted(data) {
-		f, err := slots.Parse(data)
+	if statefs.IsSlotted(data) {
+		f, err := statefs.ParseSlotted(data, path)
 		if err != nil {
-			return payload{}, false, fmt.Errorf("%w: %s: %v", store.ErrCorrupt, path, err)
+			return payload{}, false, err
 		}
 		data = f.Data
 	}
@@ -89,12 +87,12 @@ func decodePayload(data []byte, path string) (p payload, empty bool, err error) 
 		err = fmt.Errorf("pid %d", p.PID)
 	case p.Fence == 0:
 		err = fmt.Errorf("no fence")
-	case p.Fence > fences.Max-2*fences.Block:
+	case p.Fence > statefs.FenceMax-2*statefs.FenceBlock:
 		// No fence this high is ever handed out with fences left above
-		// it: the next holder's would be used up (or, beyond fences.Max,
+		// it: the next holder's would be used up (or, beyond statefs.FenceMax,
 		// wrap around), so every Acquire would fail while release --force
 		// saw a free role with nothing to clear.
-		err = fmt.Errorf("fence %d is beyond %d", p.Fence, uint64(fences.Max-2*fences.Block))
+		err = fmt.Errorf("fence %d is beyond %d", p.Fence, uint64(statefs.FenceMax-2*statefs.FenceBlock))
 	case p.AcquiredAt.IsZero():
 		err = fmt.Errorf("no acquired_at")
 	}
@@ -152,21 +150,21 @@ func (p payload) stuck(now time.Time) bool {
 type payloadFile struct {
 	fd   int
 	path string
-	cur  slots.File // as last written (or found): Size 0 until the file is slotted
+	cur  statefs.Slotted // as last written (or found): Size 0 until the file is slotted
 }
 
 // openPayloadFile is the holder's writing end of the lock file fd, whose
 // content data was read just before.
 func openPayloadFile(fd int, path string, data []byte) payloadFile {
 	f := payloadFile{fd: fd, path: path}
-	if slots.IsSlotted(data) {
-		f.cur, _ = slots.Parse(data) // not valid: made whole at the first write
+	if statefs.IsSlotted(data) {
+		f.cur, _ = statefs.ParseSlotted(data, path) // not valid: made whole at the first write
 	}
 	return f
 }
 
 // write replaces the payload in place, under an OFD write lock: one pwrite
-// into the older of the file's two slots (internal/slots), the other, the
+// into the older of the file's two slots (internal/statefs), the other, the
 // payload before, left alone. Killed or cut short at any byte, or torn by
 // a power cut, the file still reads as the old payload or the new one.
 // The first write into a file that is not slotted yet (empty, or an
@@ -187,8 +185,8 @@ func (f *payloadFile) put(data []byte) error {
 		return err
 	}
 	defer lockRange(f.fd, unix.F_UNLCK, f.path)
-	if !f.cur.Fits(data) {
-		whole, err := slots.Whole(data, f.cur.Seq+2)
+	if !f.cur.InPlace(data) {
+		whole, err := statefs.WholeSlots(data, f.cur.Seq+2)
 		if err != nil {
 			return fmt.Errorf("resident: %s: %w", f.path, err)
 		}
@@ -198,7 +196,7 @@ func (f *payloadFile) put(data []byte) error {
 		if err := unix.Ftruncate(f.fd, int64(len(whole))); err != nil {
 			return &os.PathError{Op: "truncate", Path: f.path, Err: err}
 		}
-		f.cur, _ = slots.Parse(whole)
+		f.cur, _ = statefs.ParseSlotted(whole, f.path)
 		return nil
 	}
 	next := f.cur

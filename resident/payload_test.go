@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/slots"
+	"github.com/fencerun/fencerun/internal/statefs"
 )
 
 func testPayload(pid int) payload {
@@ -40,8 +40,8 @@ func TestPayloadWritesInPlace(t *testing.T) {
 		if err != nil || empty || got.PID != pid {
 			t.Fatalf("after write %d: %+v, empty %v, %v", pid, got, empty, err)
 		}
-		if len(data) != 2*slots.MinSize {
-			t.Fatalf("file of %d bytes, want two slots of %d", len(data), slots.MinSize)
+		if len(data) != 2*statefs.MinSlotSize {
+			t.Fatalf("file of %d bytes, want two slots of %d", len(data), statefs.MinSlotSize)
 		}
 	}
 	if err := f.clear(); err != nil {
@@ -57,11 +57,11 @@ func TestPayloadWritesInPlace(t *testing.T) {
 // whole write as the new one.
 func TestPayloadWriteCutAtEveryByte(t *testing.T) {
 	old, _ := json.Marshal(testPayload(7))
-	file, err := slots.Whole(old, 2)
+	file, err := statefs.WholeSlots(old, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur, _ := slots.Parse(file)
+	cur, _ := statefs.ParseSlotted(file, "lock")
 	next, _ := json.Marshal(testPayload(8))
 	off, b := cur.Next(next)
 	for cut := 0; cut <= len(b); cut++ {

@@ -30,7 +30,7 @@ func (d Dir) Close() {
 }
 
 // MaxFileSize bounds what is read from a state file: records, queue
-// entries and payloads are at most two slots of internal/slots; anything
+// entries and payloads are at most two slots of internal/statefs; anything
 // larger is not one.
 const MaxFileSize = 64 << 10
 
@@ -203,49 +203,25 @@ func (d Dir) ReadFile(name string) ([]byte, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	st, err := d.CheckFile(fd, name)
-	if err != nil {
+	if _, err := d.CheckFile(fd, name); err != nil {
 		return nil, err
 	}
-	return ReadSized(fd, d.Join(name), st.Size)
+	return ReadFD(fd, d.Join(name))
 }
 
 // ReadFD reads the file open as fd (at path, for messages) whole, from
-// offset 0.
-func ReadFD(fd int, path string) ([]byte, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	return ReadSized(fd, path, st.Size)
-}
-
-// ReadSized reads a state file of size bytes whole, from offset 0. One
-// read of the size plus a byte (to see the end) usually does. A file over
+// offset 0 to its end, without a stat: one pread usually does, as a
+// record file (two 4 KiB slots) fits the first buffer, and a read short
+// of the room it had is the end of a regular file. A file over
 // MaxFileSize is store.ErrCorrupt.
-func ReadSized(fd int, path string, size int64) ([]byte, error) {
-	return ReadSizedInto(nil, fd, path, size)
-}
-
-// ReadSizedInto is ReadSized into buf's space where it has room for
-// size+1 bytes (a reader that reads the same file again and again, a
-// holder's record: no fresh memory, and so no page faults, each time).
-func ReadSizedInto(buf []byte, fd int, path string, size int64) ([]byte, error) {
-	if size > MaxFileSize {
-		return nil, fmt.Errorf("%w: %s is over %d bytes", store.ErrCorrupt, path, MaxFileSize)
-	}
-	if int64(cap(buf)) < size+1 {
-		buf = make([]byte, 0, size+1)
-	}
-	buf = buf[:0]
+func ReadFD(fd int, path string) ([]byte, error) {
+	buf := make([]byte, 0, 2*MinSlotSize+1)
 	for {
 		if len(buf) == cap(buf) {
-			if len(buf) > MaxFileSize {
-				return nil, fmt.Errorf("%w: %s is over %d bytes", store.ErrCorrupt, path, MaxFileSize)
-			}
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := unix.Pread(fd, buf[len(buf):cap(buf)], int64(len(buf)))
+		room := buf[len(buf):cap(buf)]
+		n, err := unix.Pread(fd, room, int64(len(buf)))
 		if err == unix.EINTR {
 			continue
 		}
@@ -253,7 +229,10 @@ func ReadSizedInto(buf []byte, fd int, path string, size int64) ([]byte, error) 
 			return nil, fmt.Errorf("read %s: %w", path, err)
 		}
 		buf = buf[:len(buf)+n]
-		if n == 0 || len(buf) < cap(buf) {
+		if len(buf) > MaxFileSize {
+			return nil, fmt.Errorf("%w: %s is over %d bytes", store.ErrCorrupt, path, MaxFileSize)
+		}
+		if n < len(room) {
 			return buf, nil
 		}
 	}

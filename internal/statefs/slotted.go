@@ -10,17 +10,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/store"
 )
 
-// Records written in place, in the two-slot format of package
-// internal/slots: a write goes to the slot with the lower sequence number,
-// with the next number, in one pwrite, and leaves the other slot, the last
-// good record, alone; readers take the valid slot with the higher number.
-// A write cut at any byte (a crash, a full disk, a power cut tearing the
-// page) leaves a slot whose checksum fails, and the other slot still holds
-// the record before it. No inode is made per write and nothing is renamed.
+// Records written in place, in the two-slot format of slots.go: a write
+// goes to the slot with the lower sequence number, with the next number,
+// in one pwrite, and leaves the other slot, the last good record, alone;
+// readers take the valid slot with the higher number. A write cut at any
+// byte (a crash, a full disk, a power cut tearing the page) leaves a slot
+// whose checksum fails, and the other slot still holds the record before
+// it. No inode is made per write and nothing is renamed.
 //
 // A file is made whole (both slots valid, the same record) by WriteAtomic,
 // durably, the first time it is written or when a record outgrows its
@@ -44,32 +43,14 @@ type Slotted struct {
 // earlier fencerun wrote by temporary file and rename: it is read as it is,
 // and the next write makes it a slotted file.
 func ParseSlotted(raw []byte, path string) (Slotted, error) {
-	return parseSlotted(raw, path, Known{})
-}
-
-// Known is the slot a writer in place last wrote, and its bytes as
-// slots.Encode made them (WriteSlottedFD), for its next ReadSlottedFD
-// (slots.ParseKnown). The zero Known knows nothing.
-type Known struct {
-	Slot int
-	Enc  []byte
-}
-
-func parseSlotted(raw []byte, path string, known Known) (Slotted, error) {
 	s := Slotted{Raw: raw, Exists: true}
 	if trimmed := bytes.TrimSpace(raw); len(trimmed) == 0 {
 		return s, fmt.Errorf("%w: %s is empty", store.ErrCorrupt, path)
-	} else if !slots.IsSlotted(raw) && trimmed[0] == '{' {
+	} else if !IsSlotted(raw) && trimmed[0] == '{' {
 		s.Data = trimmed
 		return s, nil
 	}
-	var f slots.File
-	var err error
-	if known.Enc != nil {
-		f, err = slots.ParseKnown(raw, known.Slot, known.Enc)
-	} else {
-		f, err = slots.Parse(raw)
-	}
+	f, err := parseSlots(raw)
 	if err != nil {
 		return s, fmt.Errorf("%w: %s %s", store.ErrCorrupt, path, describeSlotError(err))
 	}
@@ -78,10 +59,20 @@ func parseSlotted(raw []byte, path string, known Known) (Slotted, error) {
 }
 
 func describeSlotError(err error) string {
-	if errors.Is(err, slots.ErrNoSlot) {
+	if errors.Is(err, errNoSlot) {
 		return "has " + err.Error()
 	}
 	return "is " + err.Error()
+}
+
+// ReadSlotted reads the record file name in d. A missing file gives an
+// error that is fs.ErrNotExist.
+func (d Dir) ReadSlotted(name string) (Slotted, error) {
+	raw, err := d.ReadFile(name)
+	if err != nil {
+		return Slotted{}, err
+	}
+	return ParseSlotted(raw, d.Join(name))
 }
 
 // SlotWrite is the one call that writes a slot in place. The file
@@ -120,7 +111,7 @@ func WriteSlotAt(fd int, path string, b []byte, off int64) error {
 func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) error {
 	path := d.Join(name)
 	if !cur.InPlace(data) {
-		f, err := slots.Whole(data, cur.Seq+2)
+		f, err := WholeSlots(data, cur.Seq+2)
 		if err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
@@ -132,86 +123,16 @@ func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) e
 		return err
 	}
 	defer unix.Close(fd)
-	_, err = d.writeSlotIn(fd, name, cur, data, durable)
-	return err
-}
-
-// InPlace reports whether WriteSlotted over cur writes data in place, into
-// the file that held cur; if not, it makes a new file whole and renames it
-// over the name (a new inode).
-func (cur Slotted) InPlace(data []byte) bool {
-	return cur.Size != 0 && len(data) <= cur.Size-slots.Header
-}
-
-// WriteSlottedFD is WriteSlotted through fd, the file OpenSlotted opened
-// (and the caller closes): one open for a holder's read and write. A
-// write in place says which slot it wrote and with what bytes, for the
-// writer's next ReadSlottedFD; a file made whole, nothing.
-func (d Dir) WriteSlottedFD(fd int, name string, cur Slotted, data []byte) (Known, error) {
-	if !cur.InPlace(data) {
-		return Known{}, d.WriteSlotted(name, cur, data, false)
-	}
-	return d.writeSlotIn(fd, name, cur, data, false)
-}
-
-// writeSlotIn writes data in place into the older slot of the file open
-// as fd, which held cur and has room for data.
-func (d Dir) writeSlotIn(fd int, name string, cur Slotted, data []byte, durable bool) (Known, error) {
-	path := d.Join(name)
-	known := Known{Slot: 1 - cur.Slot, Enc: slots.Encode(data, cur.Seq+1, cur.Size)}
-	if err := WriteSlotAt(fd, path, known.Enc, int64(known.Slot*cur.Size)); err != nil {
-		return Known{}, err
+	off, b := cur.Next(data)
+	if err := WriteSlotAt(fd, path, b, off); err != nil {
+		return err
 	}
 	if durable {
 		if err := unix.Fdatasync(fd); err != nil {
-			return Known{}, fmt.Errorf("write %s: fsync: %w", path, err)
+			return fmt.Errorf("write %s: fsync: %w", path, err)
 		}
 	}
-	return known, nil
-}
-
-// OpenSlotted is ReadSlotted that keeps the file open, for reading and
-// writing, for WriteSlottedFD; the caller closes fd, which is -1 on an
-// error opening it.
-func (d Dir) OpenSlotted(name string) (fd int, s Slotted, err error) {
-	fd, err = d.OpenRaw(name, unix.O_RDWR)
-	if err != nil {
-		return -1, Slotted{}, err
-	}
-	st, err := d.CheckFile(fd, name)
-	if err != nil {
-		return fd, Slotted{}, err
-	}
-	raw, err := ReadSized(fd, d.Join(name), st.Size)
-	if err != nil {
-		return fd, Slotted{}, err
-	}
-	s, err = ParseSlotted(raw, d.Join(name))
-	return fd, s, err
-}
-
-// ReadSlottedFD is ReadSlotted of the file name in d open as fd (for
-// reading), size bytes long as a stat of it said: a file kept open for
-// many reads is read with one pread, into buf's space where it has room
-// (ReadSizedInto). The Slotted's Data and Raw are buf's bytes then, good
-// until the next read into it. known is what the caller's last
-// WriteSlottedFD to the file said, if anything (slots.ParseKnown).
-func (d Dir) ReadSlottedFD(buf []byte, fd int, name string, size int64, known Known) (Slotted, error) {
-	raw, err := ReadSizedInto(buf, fd, d.Join(name), size)
-	if err != nil {
-		return Slotted{}, err
-	}
-	return parseSlotted(raw, d.Join(name), known)
-}
-
-// ReadSlotted reads the record file name in d. A missing file gives an
-// error that is fs.ErrNotExist.
-func (d Dir) ReadSlotted(name string) (Slotted, error) {
-	raw, err := d.ReadFile(name)
-	if err != nil {
-		return Slotted{}, err
-	}
-	return ParseSlotted(raw, d.Join(name))
+	return nil
 }
 
 // Salvage finds the largest number after "field": in what is left of a

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -22,7 +21,7 @@ func TestSlotWriteCutAtEveryByte(t *testing.T) {
 		[]byte(`{"n":3,"pad":"` + strings.Repeat("c", 700) + `"}`),
 		[]byte(`{"n":4}`),
 	}
-	file, err := slots.Whole(records[0], 2)
+	file, err := WholeSlots(records[0], 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +30,7 @@ func TestSlotWriteCutAtEveryByte(t *testing.T) {
 		if err != nil || !bytes.Equal(cur.Data, records[i]) {
 			t.Fatalf("write %d: reads %q, %v; want %q", i, cur.Data, err, records[i])
 		}
-		b := slots.Encode(next, cur.Seq+1, cur.Size)
+		b := encodeSlot(next, cur.Seq+1, cur.Size)
 		off := (1 - cur.Slot) * cur.Size
 		for cut := range len(b) {
 			torn := bytes.Clone(file)
@@ -56,13 +55,13 @@ func TestSlotWriteCutAtEveryByte(t *testing.T) {
 // A flipped bit anywhere in the newer slot's header or record falls back to
 // the older slot; in both, the file is corrupt.
 func TestSlotChecksumCatchesEveryFlippedByte(t *testing.T) {
-	file, _ := slots.Whole([]byte(`{"n":1}`), 2)
+	file, _ := WholeSlots([]byte(`{"n":1}`), 2)
 	cur, _ := ParseSlotted(file, "f")
-	copy(file[slots.MinSize:], slots.Encode([]byte(`{"n":2}`), cur.Seq+1, cur.Size))
-	n := slots.Header + len(`{"n":2}`)
+	copy(file[MinSlotSize:], encodeSlot([]byte(`{"n":2}`), cur.Seq+1, cur.Size))
+	n := SlotHeader + len(`{"n":2}`)
 	for i := range n {
 		bad := bytes.Clone(file)
-		bad[slots.MinSize+i] ^= 0x10
+		bad[MinSlotSize+i] ^= 0x10
 		if got, err := ParseSlotted(bad, "f"); err != nil || string(got.Data) != `{"n":1}` {
 			t.Fatalf("byte %d of the newer slot flipped: %q, %v; want the older record", i, got.Data, err)
 		}

@@ -169,33 +169,3 @@ func TestProbe(t *testing.T) {
 		t.Fatal("a missing file is held")
 	}
 }
-
-// A file read again into the space of its last read takes no new memory
-// (a holder's record, read at every renewal), and one that grew past it
-// is still read whole.
-func TestReadSizedIntoReusesItsBuffer(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, []byte(strings.Repeat("a", 8192)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	buf, err := ReadSizedInto(nil, fd, path, 8192)
-	if err != nil || len(buf) != 8192 {
-		t.Fatalf("first read: %d bytes, %v", len(buf), err)
-	}
-	if n := testing.AllocsPerRun(10, func() { buf, err = ReadSizedInto(buf, fd, path, 8192) }); n != 0 || err != nil {
-		t.Errorf("a read into the last one's space allocated %v times (%v)", n, err)
-	}
-	if _, err := unix.Pwrite(fd, []byte("bbbb"), 8192); err != nil {
-		t.Fatal(err)
-	}
-	// A size from a stat before it grew: the read still sees the end.
-	buf, err = ReadSizedInto(buf, fd, path, 8192)
-	if err != nil || string(buf[8190:]) != "aabbbb" {
-		t.Fatalf("read of the grown file: %d bytes, %v", len(buf), err)
-	}
-}

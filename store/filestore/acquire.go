@@ -14,14 +14,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
 // Acquire takes the lease on key (see store.Store). The new fence is
-// durably reserved before Acquire returns (internal/fences). A record whose holder is dead
+// durably reserved before Acquire returns (internal/statefs). A record whose holder is dead
 // (its live lock is free) is taken over at once, and the dead holder is the
 // new Lease's Predecessor; a record whose holder is alive is never taken,
 // even past its expiry.
@@ -287,11 +286,11 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		return nil, err
 	}
 	fence, err := a.s.nextFence(rec.Fence + 1)
-	if rec.Fence >= fences.Max-fences.Block && errors.Is(err, fences.ErrUsedUp) {
+	if rec.Fence >= statefs.FenceMax-statefs.FenceBlock && errors.Is(err, statefs.ErrUsedUp) {
 		// The record's fence used the fences up, whatever the
 		// reservation the error names holds: say which file release
 		// --force repairs.
-		err = fmt.Errorf("%w: %s: fence %d is too near the limit: %w", store.ErrCorrupt, a.kd.Join(leaseFile), rec.Fence, fences.ErrUsedUp)
+		err = fmt.Errorf("%w: %s: fence %d is too near the limit: %w", store.ErrCorrupt, a.kd.Join(leaseFile), rec.Fence, statefs.ErrUsedUp)
 	}
 	if err != nil {
 		guard.close()
@@ -330,7 +329,7 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		next.Holder.Entry = a.entry.name
 	}
 	// The fence is durable in its reservation; the record need not be
-	// (internal/fences): one write in place.
+	// (internal/statefs): one write in place.
 	data := next.marshal()
 	err = a.kd.WriteSlotted(leaseFile, cur, data, false)
 	var record keptFile
@@ -383,12 +382,6 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		left:    left,
 		guard:   guard,
 		record:  record,
-		// The record just written, so that the lease's first own read
-		// (the first renewal, or the release of a short run) does not
-		// decode it again: encoding/json's first decode of a record in a
-		// process was 0.2-0.3 ms of CPU (readOwn; P1, P4).
-		wrote:     next.clone(),
-		wroteData: data,
 	}
 	l.notify = n
 	l.held = c
@@ -564,7 +557,7 @@ func readEntry(qd dir, name string) (queued, bool, error) {
 	if err != nil {
 		return queued{}, false, err
 	}
-	data, err := statefs.ReadSized(fd, path, st.Size)
+	data, err := statefs.ReadFD(fd, path)
 	if err != nil {
 		return queued{}, false, err
 	}

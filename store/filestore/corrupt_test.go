@@ -12,7 +12,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
@@ -84,7 +83,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 		write("lease", string(b[:len(b)/2]))(t, kd)
 	}
 	slotted := func(name, data string) func(t *testing.T, kd string) {
-		f, err := slots.Whole([]byte(data), 2)
+		f, err := statefs.WholeSlots([]byte(data), 2)
 		if err != nil {
 			panic(err)
 		}
@@ -111,7 +110,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 		{"null record", "lease", write("lease", `null`)},
 		{"holder without token", "lease", write("lease", `{"schema":1,"fence":3,"version":6,"holder":{"pid":1}}`)},
 		{"record is a directory", "lease", replaceWithDir("lease")},
-		{"no slot valid", "lease", write("lease", string(make([]byte, 2*slots.MinSize)))},
+		{"no slot valid", "lease", write("lease", string(make([]byte, 2*statefs.MinSlotSize)))},
 		{"unknown schema in a slot", "lease", slotted("lease", `{"schema":2,"fence":3,"version":6,"holder":null}`)},
 		{"guard is a directory", "guard", replaceWithDir("guard")},
 		{"live is a directory", "live", replaceWithDir("live")},

@@ -15,7 +15,7 @@
 //     comes from one counter per store, exact within a boot, and is handed
 //     out only once a durable reservation (fsync) covers it; after a reboot
 //     the next fence is above the whole reservation, whatever unsynced
-//     writes the crash lost (internal/fences).
+//     writes the crash lost (internal/statefs).
 //   - Every change of a record happens under the key's guard lock (LOCK_EX)
 //     and is one write in place into the older of two checksummed slots
 //     (internal/statefs): readers, who hold the guard shared, see the old record or

@@ -13,8 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/fences"
-	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
@@ -42,7 +40,7 @@ func writeState(t *testing.T, s *Store, key, name, content string) string {
 	return p
 }
 
-// slottedState writes a slotted record file (internal/slots) holding content at
+// slottedState writes a slotted record file (internal/statefs) holding content at
 // name in key's directory, or in the root for an empty key.
 func slottedState(t *testing.T, s *Store, key, name, content string) string {
 	t.Helper()
@@ -50,7 +48,7 @@ func slottedState(t *testing.T, s *Store, key, name, content string) string {
 	if key != "" {
 		p = filepath.Join(s.Root(), "keys", encodeKey(key), name)
 	}
-	f, err := slots.Whole([]byte(content), 2)
+	f, err := statefs.WholeSlots([]byte(content), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,34 +276,34 @@ func TestFenceBeyondTheLimitIsCorrupt(t *testing.T) {
 	}
 }
 
-// A free record whose fence leaves no fence above it (fences.Max or just
+// A free record whose fence leaves no fence above it (statefs.FenceMax or just
 // under: only damage or a hand edit puts it there) fails every acquisition
 // closed, naming the record, not the reservation; release --force lowers
 // it to what a cleared record keeps, and the key runs again. A fence near
 // the limit that still has fences above it is neither refused nor
 // lowered: fences go on rising.
 func TestARecordsFenceNearTheLimit(t *testing.T) {
-	for _, fence := range []uint64{fences.Max, fences.Max - 1, fences.Max - fences.Block} {
+	for _, fence := range []uint64{statefs.FenceMax, statefs.FenceMax - 1, statefs.FenceMax - statefs.FenceBlock} {
 		s := openStore(t)
 		takeFence(t, s, "k")
 		path := slottedState(t, s, "k", leaseFile, fmt.Sprintf(`{"schema":1,"fence":%d,"version":1,"holder":null}`, fence))
 		_, _, err := s.Acquire(context.Background(), "k", store.Claim{Name: "t", TTL: time.Minute})
-		if !errors.Is(err, store.ErrCorrupt) || !errors.Is(err, fences.ErrUsedUp) || !strings.Contains(err.Error(), path) {
+		if !errors.Is(err, store.ErrCorrupt) || !errors.Is(err, statefs.ErrUsedUp) || !strings.Contains(err.Error(), path) {
 			t.Fatalf("fence %d: acquire = %v, want ErrCorrupt and ErrUsedUp naming %s", fence, err, path)
 		}
 		if had, err := s.Revoke(context.Background(), "k"); err != nil || !had {
 			t.Fatalf("fence %d: Revoke = %v, %v; want the record's fence lowered", fence, had, err)
 		}
-		if got := takeFence(t, s, "k"); got <= fences.Max-2*fences.Block {
-			t.Fatalf("fence %d: %d after release --force, want above the %d a cleared record keeps", fence, got, uint64(fences.Max-2*fences.Block))
+		if got := takeFence(t, s, "k"); got <= statefs.FenceMax-2*statefs.FenceBlock {
+			t.Fatalf("fence %d: %d after release --force, want above the %d a cleared record keeps", fence, got, uint64(statefs.FenceMax-2*statefs.FenceBlock))
 		}
 	}
 	s := openStore(t)
 	takeFence(t, s, "k")
-	slottedState(t, s, "k", leaseFile, fmt.Sprintf(`{"schema":1,"fence":%d,"version":1,"holder":null}`, uint64(fences.Max-2*fences.Block+1)))
+	slottedState(t, s, "k", leaseFile, fmt.Sprintf(`{"schema":1,"fence":%d,"version":1,"holder":null}`, uint64(statefs.FenceMax-2*statefs.FenceBlock+1)))
 	last := takeFence(t, s, "k")
-	if last <= fences.Max-2*fences.Block+1 {
-		t.Fatalf("fence %d over a record of %d, want above it", last, uint64(fences.Max-2*fences.Block+1))
+	if last <= statefs.FenceMax-2*statefs.FenceBlock+1 {
+		t.Fatalf("fence %d over a record of %d, want above it", last, uint64(statefs.FenceMax-2*statefs.FenceBlock+1))
 	}
 	if _, err := s.Revoke(context.Background(), "k"); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
@@ -265,7 +264,7 @@ const (
 // ticksDir is the root's directory of tick sockets (TickDir).
 const ticksDir = "ticks"
 
-// Names in the root: the store's fence counter (internal/fences).
+// Names in the root: the store's fence counter (internal/statefs).
 const (
 	fencesFile  = "fences"
 	counterFile = "fence-next"
@@ -285,7 +284,7 @@ func (s *Store) nextFence(atLeast uint64) (uint64, error) {
 }
 
 // repairFences restarts a reservation that cannot be read (see
-// fences.Counter.Repair). It reports whether there was anything to repair.
+// statefs.Counter.Repair). It reports whether there was anything to repair.
 func (s *Store) repairFences(floorHint uint64) (bool, error) {
 	s.mu.RLock() // keeps s.top open
 	defer s.mu.RUnlock()
@@ -301,7 +300,7 @@ func (s *Store) repairFences(floorHint uint64) (bool, error) {
 }
 
 // fencesUsedUpAt reports whether the store's counter has no fence left
-// at atLeast or above (fences.Counter.UsedUpAt).
+// at atLeast or above (statefs.Counter.UsedUpAt).
 func (s *Store) fencesUsedUpAt(atLeast uint64) (bool, error) {
 	s.mu.RLock() // keeps s.top open
 	defer s.mu.RUnlock()
@@ -312,6 +311,6 @@ func (s *Store) fencesUsedUpAt(atLeast uint64) (bool, error) {
 }
 
 // fences is the store's fence counter; the caller holds s.mu.
-func (s *Store) fences() fences.Counter {
-	return fences.Counter{Dir: s.top, Reservation: fencesFile, Lock: counterFile}
+func (s *Store) fences() statefs.Counter {
+	return statefs.Counter{Dir: s.top, Reservation: fencesFile, Lock: counterFile}
 }

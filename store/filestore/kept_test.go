@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
@@ -153,7 +152,7 @@ func TestARecordTheLeaseRewroteWholeIsKept(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		room := f.Size - slots.Header - len(f.Data)
+		room := f.Size - statefs.SlotHeader - len(f.Data)
 		if room < 20 {
 			var before unix.Stat_t
 			if err := unix.Stat(record, &before); err != nil {

@@ -1,7 +1,6 @@
 package filestore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,19 +44,11 @@ type Lease struct {
 	// cmdWritten: a write carried cmd; cmdTimer writes it otherwise.
 	cmdWritten bool
 	cmdTimer   *time.Timer
-	// wrote is the record this lease last wrote and its bytes (readOwn).
-	wrote     record
-	wroteData []byte
 	// The key's guard and record as the lease was taken under them, kept
 	// open from its first write to its release: a renewal is a flock, a
 	// pread and a pwrite on them, and a stat of each name (stillThere).
 	guard, record keptFile
 	unlockKept    func() // unlocks guard (lockKeptGuard)
-	// readBuf is the record's last read, whose space the next one reuses.
-	readBuf []byte
-	// known is the slot this lease last wrote in place, and its bytes,
-	// which its next read need not check again (slots.ParseKnown).
-	known statefs.Known
 	// held: the key directory and live as open, looked at once (stillThere).
 	heldDir, heldLive statefs.FileID
 	heldKnown         bool
@@ -203,11 +194,10 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	}
 	defer unlock()
 	// Only now, with the guard held: the names are checked under it.
-	size, err := l.stillThere()
-	if err != nil {
+	if err := l.stillThere(); err != nil {
 		return err // moved, replaced or deleted: never write a record nobody reads
 	}
-	rec, cur, err := l.readKept(size)
+	rec, cur, err := l.readKept()
 	if err := l.owns(rec, err); err != nil {
 		return err
 	}
@@ -218,9 +208,8 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	}
 	rec.Version++
 	data := rec.marshal()
-	l.wroteData = nil
 	inPlace := cur.InPlace(data)
-	l.known, err = l.kd.WriteSlottedFD(l.record.fd, leaseFile, cur, data)
+	err = l.kd.WriteSlotted(leaseFile, cur, data, false)
 	if !inPlace {
 		// Made whole under a new inode (WriteAtomic), or left as it was
 		// if that failed: which file the name is now is the lease's own.
@@ -239,8 +228,6 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 		}
 	}
 	l.version = rec.Version
-	// rec is this operation's own (recordOf made it fresh): kept as it is.
-	l.wrote, l.wroteData = rec, data
 	return nil
 }
 
@@ -288,9 +275,9 @@ func (l *Lease) guardGone(err error) error {
 	return fmt.Errorf("%w: the guard lock file %s of %q (fence %d) was moved, replaced or deleted", store.ErrLost, l.kd.Join(guardFile), l.key, l.fence)
 }
 
-// readKept is readOwn through the record's descriptor kept open for the
-// hold, size bytes long as stillThere saw it.
-func (l *Lease) readKept(size int64) (record, statefs.Slotted, error) {
+// readKept reads the record through its descriptor kept open for the
+// hold (under the guard).
+func (l *Lease) readKept() (record, statefs.Slotted, error) {
 	if l.record.fd < 0 {
 		// Rewritten whole by this lease's last write: the file it wrote.
 		f, err := keepFile(l.kd, leaseFile, unix.O_RDWR)
@@ -303,28 +290,12 @@ func (l *Lease) readKept(size int64) (record, statefs.Slotted, error) {
 		}
 		l.record = f
 	}
-	f, err := l.kd.ReadSlottedFD(l.readBuf, l.record.fd, leaseFile, size, l.known)
-	l.readBuf = f.Raw // nothing keeps the bytes past this operation
-
-	return l.recordOf(f, err)
-}
-
-// readOwn is readRecord for this lease's own operations (under the guard):
-// where the record file's newest valid slot holds exactly the bytes this
-// lease last wrote, the record is the one it wrote, which is not decoded
-// again. The same bytes always parse to the same record, so this changes
-// nothing but the cost: decoding the JSON was about a seventh of a holder's
-// CPU per renewal (P4, docs/DESIGN.md).
-func (l *Lease) readOwn() (record, statefs.Slotted, error) {
-	f, err := l.kd.ReadSlotted(leaseFile)
-	return l.recordOf(f, err)
-}
-
-// recordOf is readOwn of f, the record file as read with err.
-func (l *Lease) recordOf(f statefs.Slotted, err error) (record, statefs.Slotted, error) {
-	if err == nil && l.wroteData != nil && bytes.Equal(f.Data, l.wroteData) {
-		return l.wrote.clone(), f, nil
+	path := l.kd.Join(leaseFile)
+	raw, err := statefs.ReadFD(l.record.fd, path)
+	if err != nil {
+		return record{}, statefs.Slotted{}, err
 	}
+	f, err := statefs.ParseSlotted(raw, path)
 	return recordFrom(l.kd, f, err)
 }
 
@@ -361,7 +332,7 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 	if l.released {
 		return store.RequestNone, fmt.Errorf("%w: the lease on %q (fence %d) was released", store.ErrLost, l.key, l.fence)
 	}
-	if _, err := l.stillThere(); err != nil {
+	if err := l.stillThere(); err != nil {
 		return store.RequestNone, err
 	}
 	// Shared, so that no write in place is half done as we read.
@@ -370,7 +341,7 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 		return store.RequestNone, err
 	}
 	defer unix.Close(g)
-	rec, _, err := l.readOwn()
+	rec, _, err := readRecord(l.kd)
 	if err := l.owns(rec, err); err != nil {
 		return store.RequestNone, err
 	}
@@ -425,7 +396,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		unix.Close(l.live)
 		return err
 	}
-	rec, cur, err := l.readOwn()
+	rec, cur, err := readRecord(l.kd)
 	var werr error
 	switch {
 	case err != nil:

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
@@ -261,7 +260,7 @@ func TestCrashBeforeRenameNeverRepeatsAFence(t *testing.T) {
 // nothing reads as corrupt. (slots_test.go cuts at every byte in-process.)
 func TestCrashInTheMiddleOfAnInPlaceWrite(t *testing.T) {
 	s, root := newStore(t)
-	for _, cut := range []int{0, 1, slots.Header - 1, slots.Header, slots.Header + 40, 1 << 20} {
+	for _, cut := range []int{0, 1, statefs.SlotHeader - 1, statefs.SlotHeader, statefs.SlotHeader + 40, 1 << 20} {
 		c := spawn(t, "crash", root, "k", "FILESTORE_TEST_CUT="+strconv.Itoa(cut), helperMarker+"=crashed")
 		fence, _ := strconv.ParseUint(c.Expect("acquired"), 10, 64)
 		if err := c.Wait(); !testsupport.KilledBy(err, syscall.SIGKILL) {

@@ -86,20 +86,19 @@ func (s *Store) claim(key string) (c *unixsock.Claim, held bool, err error) {
 // longer the file the lease was taken under (or last wrote whole): a
 // guard replaced or unlinked would no longer exclude the next writer
 // from a renewal on the one kept open (lockKeptGuard), and a record replaced
-// is one only a revocation writes whole under the holder. Otherwise it
-// returns the record's size, which its read needs. What l holds open is
-// looked at once; each name is a stat.
-func (l *Lease) stillThere() (int64, error) {
+// is one only a revocation writes whole under the holder. What l holds
+// open is looked at once; each name is a stat.
+func (l *Lease) stillThere() error {
 	if !l.heldKnown {
 		// The path, made once: joining and encoding it at each renewal
 		// was 2% of a holder's CPU on cold caches (perf, P4).
 		l.keyPath = filepath.Join(l.s.root, "keys", encodeKey(l.key))
 		var err error
 		if l.heldDir, err = statefs.IDOf(l.kd.FD, l.keyPath); err != nil {
-			return 0, fmt.Errorf("filestore: %w", err)
+			return fmt.Errorf("filestore: %w", err)
 		}
 		if l.heldLive, err = statefs.IDOf(l.live, l.kd.Join(liveFile)); err != nil {
-			return 0, fmt.Errorf("filestore: %w", err)
+			return fmt.Errorf("filestore: %w", err)
 		}
 		l.heldKnown = true
 	}
@@ -108,19 +107,18 @@ func (l *Lease) stillThere() (int64, error) {
 	path := l.keyPath
 	var named unix.Stat_t
 	if err := unix.Lstat(path, &named); err != nil || (statefs.FileID{Dev: named.Dev, Ino: named.Ino}) != l.heldDir {
-		return 0, fmt.Errorf("%w: the key directory %s of %q (fence %d) was moved or deleted", store.ErrLost, path, l.key, l.fence)
+		return fmt.Errorf("%w: the key directory %s of %q (fence %d) was moved or deleted", store.ErrLost, path, l.key, l.fence)
 	}
 	if id, _, err := l.kd.Named(liveFile); err != nil || id != l.heldLive {
-		return 0, fmt.Errorf("%w: the lock file %s of %q (fence %d) was moved or deleted", store.ErrLost, l.kd.Join(liveFile), l.key, l.fence)
+		return fmt.Errorf("%w: the lock file %s of %q (fence %d) was moved or deleted", store.ErrLost, l.kd.Join(liveFile), l.key, l.fence)
 	}
 	if id, _, err := l.kd.Named(guardFile); err != nil || id != l.guard.id {
-		return 0, l.guardGone(nil)
+		return l.guardGone(nil)
 	}
-	id, size, err := l.kd.Named(leaseFile)
-	if err != nil || id != l.record.id {
-		return 0, l.recordGone(nil)
+	if id, _, err := l.kd.Named(leaseFile); err != nil || id != l.record.id {
+		return l.recordGone(nil)
 	}
-	return size, nil
+	return nil
 }
 
 // recordGone is the error of a lease whose record is no longer the file
@@ -154,7 +152,7 @@ func (l *Lease) watchPath(stop <-chan struct{}) {
 		l.mu.Lock()
 		err := error(nil)
 		if !l.released {
-			_, err = l.stillThere()
+			err = l.stillThere()
 		}
 		l.mu.Unlock()
 		if err != nil {

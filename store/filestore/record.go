@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
@@ -101,8 +100,8 @@ func parseRecord(data []byte, path string) (record, error) {
 		return record{}, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, what)
 	}
 	switch {
-	case r.Fence > fences.Max:
-		return bad(fmt.Sprintf("fence %d is beyond %d", r.Fence, uint64(fences.Max)))
+	case r.Fence > statefs.FenceMax:
+		return bad(fmt.Sprintf("fence %d is beyond %d", r.Fence, uint64(statefs.FenceMax)))
 	case r.Token != "" && !isHex(r.Token, tokenLen):
 		return bad("token is not 128 bits of hex")
 	case r.Token != "" && r.Holder == nil:
@@ -119,9 +118,6 @@ func parseRecord(data []byte, path string) (record, error) {
 
 func (r *record) marshal() []byte {
 	r.Schema = schemaVersion
-	if b, ok := appendRecord(make([]byte, 0, 512), r); ok {
-		return append(b, '\n')
-	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		panic("filestore: marshal record: " + err.Error()) // plain data: cannot fail

@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/slots"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
@@ -52,7 +51,7 @@ func TestRenewalCutShortLeavesTheRecordBefore(t *testing.T) {
 			if !errors.Is(rerr, unix.ENOSPC) || !strings.Contains(rerr.Error(), path) {
 				t.Fatalf("cut %d: renewal error %v; want ENOSPC naming %s", cut, rerr, path)
 			}
-		case bytes.Equal(got.Data, written[slots.Header:]):
+		case bytes.Equal(got.Data, written[statefs.SlotHeader:]):
 			// The bytes the cut left out were there already (the same
 			// tail from an earlier record): the write landed whole, and
 			// counts as done.
@@ -83,8 +82,8 @@ func TestARecordOutgrowingItsSlotIsRewrittenWhole(t *testing.T) {
 		}
 	}
 	fi, err := os.Stat(filepath.Join(keyPath(root, "k"), leaseFile))
-	if err != nil || fi.Size() <= 2*slots.MinSize {
-		t.Fatalf("record file %v, %v; want slots larger than %d", fi, err, slots.MinSize)
+	if err != nil || fi.Size() <= 2*statefs.MinSlotSize {
+		t.Fatalf("record file %v, %v; want slots larger than %d", fi, err, statefs.MinSlotSize)
 	}
 	if st := mustStatus(t, s, "k"); st.Holder == nil || st.Holder.Reason != strings.Repeat("\x01", 1000) {
 		t.Fatalf("status after growing: %+v", st)

@@ -1,9 +1,7 @@
-package fences
+package statefs
 
 import (
-	"encoding/json"
 	"errors"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/slots"
-	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -30,7 +26,7 @@ func newCounter(t *testing.T) Counter {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
-	return Counter{Dir: statefs.Dir{FD: fd, Path: path}, Reservation: "fences", Lock: "fence-next"}
+	return Counter{Dir: Dir{FD: fd, Path: path}, Reservation: "fences", Lock: "fence-next"}
 }
 
 func take(t *testing.T, c Counter, atLeast uint64) uint64 {
@@ -44,7 +40,7 @@ func take(t *testing.T, c Counter, atLeast uint64) uint64 {
 
 func slotted(t *testing.T, c Counter, name, content string) {
 	t.Helper()
-	f, err := slots.Whole([]byte(content), 2)
+	f, err := WholeSlots([]byte(content), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,14 +51,14 @@ func slotted(t *testing.T, c Counter, name, content string) {
 
 func TestWithinABootFencesAreConsecutiveAcrossBlocks(t *testing.T) {
 	c := newCounter(t)
-	for want := uint64(1); want <= 3*Block; want++ {
+	for want := uint64(1); want <= 3*FenceBlock; want++ {
 		if got := take(t, c, 1); got != want {
 			t.Fatalf("fence %d, want %d", got, want)
 		}
 	}
 	res, _, err := c.read()
-	if err != nil || res.Reserved < 3*Block || res.Boot != bootID() {
-		t.Fatalf("reservation %+v (%v) does not cover fence %d in this boot", res, err, 3*Block)
+	if err != nil || res.Reserved < 3*FenceBlock || res.Boot != bootID() {
+		t.Fatalf("reservation %+v (%v) does not cover fence %d in this boot", res, err, 3*FenceBlock)
 	}
 	if got := take(t, c, 1000); got != 1000 {
 		t.Fatalf("at least 1000: fence %d", got)
@@ -117,7 +113,7 @@ func TestAnEarlierRolesFenceFileIsAReservation(t *testing.T) {
 		t.Fatalf("fence %d over an earlier fence file of 41, want 42", got)
 	}
 	raw, _ := os.ReadFile(c.Dir.Join(c.Reservation))
-	if !slots.IsSlotted(raw) {
+	if !IsSlotted(raw) {
 		t.Fatalf("the earlier fence file was not replaced by a reservation: %q", raw)
 	}
 }
@@ -153,10 +149,10 @@ func TestFencesBeyondTheLimitAreCorrupt(t *testing.T) {
 	c := newCounter(t)
 	slotted(t, c, c.Reservation, `{"schema":1,"reserved":9223372036854775809,"boot":"b"}`)
 	if _, err := c.Take(1); !errors.Is(err, store.ErrCorrupt) {
-		t.Fatalf("a reservation beyond Max: %v, want ErrCorrupt", err)
+		t.Fatalf("a reservation beyond FenceMax: %v, want ErrCorrupt", err)
 	}
 	slotted(t, c, c.Reservation, `{"schema":1,"reserved":1,"boot":"b"}`)
-	if _, err := c.Take(Max - 1); !errors.Is(err, store.ErrCorrupt) {
+	if _, err := c.Take(FenceMax - 1); !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("fences used up: %v, want ErrCorrupt", err)
 	}
 	if _, err := os.Stat(filepath.Join(c.Dir.Path, c.Lock)); err != nil {
@@ -165,12 +161,12 @@ func TestFencesBeyondTheLimitAreCorrupt(t *testing.T) {
 }
 
 // UsedUpAt says what Take would say of a fence asked for, and changes
-// nothing: a fence above Max-Block is never reserved.
+// nothing: a fence above FenceMax-FenceBlock is never reserved.
 func TestUsedUpAtIsTakesAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		atLeast uint64
 		usedUp  bool
-	}{{1, false}, {Max - Block, false}, {Max - Block + 1, true}, {Max, true}} {
+	}{{1, false}, {FenceMax - FenceBlock, false}, {FenceMax - FenceBlock + 1, true}, {FenceMax, true}} {
 		c := newCounter(t)
 		take(t, c, 1)
 		got, err := c.UsedUpAt(tc.atLeast)
@@ -277,39 +273,6 @@ func TestAUsedUpReservationIsRepairedToOneWithFencesLeft(t *testing.T) {
 		}
 		if err := c.Problem(); err != nil {
 			t.Fatalf("%s: Problem after the repair: %v", content, err)
-		}
-	}
-}
-
-// The counter and the reservation are encoded by hand as encoding/json
-// encodes them, byte for byte, over random numbers and boot ids, plain
-// and not (those go to encoding/json itself).
-func TestMarshalIsJSON(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	boots := []string{"", "0f6b3c2e-8d4a-4c1e-9b7a-2f5d6e8a1c3b", `a"b`, `back\slash`, "<&>", "tab\there", "é", "\x7f", "\x00"}
-	num := func() uint64 {
-		switch r.IntN(3) {
-		case 0:
-			return uint64(r.IntN(100))
-		case 1:
-			return r.Uint64()
-		}
-		return r.Uint64() >> r.IntN(64)
-	}
-	for i := range 5000 {
-		boot := boots[i%len(boots)]
-		n := counter{Schema: r.IntN(3) - 1, Next: num(), Reserved: num(), Boot: boot}
-		want, _ := json.Marshal(n)
-		if got := n.marshal(); string(got) != string(want) {
-			t.Fatalf("counter %+v: %s, encoding/json %s", n, got, want)
-		}
-		res := reservation{Schema: r.IntN(3) - 1, Reserved: num(), Boot: boot}
-		if r.IntN(4) == 0 {
-			res.Fence = num()
-		}
-		want, _ = json.Marshal(res)
-		if got := res.marshal(); string(got) != string(want) {
-			t.Fatalf("reservation %+v: %s, encoding/json %s", res, got, want)
 		}
 	}
 }

@@ -1,13 +1,30 @@
-// Package fences is the one fence allocator of fencerun's state on this
+package statefs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
+)
+
+// The fence counter, the one fence allocator of fencerun's state on this
 // host: the file backend's store-wide counter (store/filestore) and the
 // resident role's counter of one store file (resident) are each a
-// Counter, two files in a state directory (internal/statefs).
+// Counter, two files in a state directory.
 //
 //   - The reservation file, {"schema":1,"reserved":R,"boot":B}: no fence
 //     above R is handed out before a reservation covering it is on disk
 //     (written in place into two checksummed slots and fsynced; made whole
-//     by statefs.WriteAtomic, durably, the first time). It is written once
-//     per Block fences, and once per boot.
+//     by WriteAtomic, durably, the first time). It is written once
+//     per FenceBlock fences, and once per boot.
 //   - The counter file, {"schema":1,"next":N,"reserved":R,"boot":B}: the
 //     next fence to hand out within boot B, never fsynced. It is also the
 //     fence lock: flock(LOCK_EX) on it around every read and write of
@@ -39,41 +56,21 @@
 // cache within one boot (a writeback error after which the kernel drops
 // the page, a device pulled and re-attached without a reboot); anyone who
 // edits or deletes the files by hand (deleting both restarts the fences).
-package fences
 
-import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"strconv"
-	"strings"
-	"sync"
-	"time"
+// FenceBlock is how many fences one reservation covers.
+const FenceBlock = 64
 
-	"golang.org/x/sys/unix"
-
-	"github.com/fencerun/fencerun/internal/jsonstr"
-	"github.com/fencerun/fencerun/internal/slots"
-	"github.com/fencerun/fencerun/internal/statefs"
-	"github.com/fencerun/fencerun/store"
-)
-
-// Block is how many fences one reservation covers.
-const Block = 64
-
-// Max bounds fences and reservations: a record or reservation above it is
+// FenceMax bounds fences and reservations: a record or reservation above it is
 // corrupt, so that adding a block can never wrap around.
-const Max = 1 << 63
+const FenceMax = 1 << 63
 
-// schema is the version of both files' content.
-const schema = 1
+// fenceSchema is the version of both files' content.
+const fenceSchema = 1
 
 // Counter is one store's fence counter: the files Reservation and Lock in
 // Dir, open for as long as the Counter is used.
 type Counter struct {
-	Dir         statefs.Dir
+	Dir         Dir
 	Reservation string // the durable reservation
 	Lock        string // the counter, and the fence lock
 }
@@ -111,10 +108,10 @@ func (c Counter) Take(atLeast uint64) (uint64, error) {
 			return 0, err
 		}
 		fence = max(fence, res.Reserved+1)
-		if fence > Max-Block {
+		if fence > FenceMax-FenceBlock {
 			return 0, c.usedUp()
 		}
-		n.Reserved = fence + Block - 1
+		n.Reserved = fence + FenceBlock - 1
 		if err := c.reserve(rcur, reservation{Reserved: n.Reserved, Boot: boot}); err != nil {
 			return 0, err
 		}
@@ -124,42 +121,6 @@ func (c Counter) Take(atLeast uint64) (uint64, error) {
 		return 0, err
 	}
 	return fence, nil
-}
-
-// marshal is json.Marshal(n), byte for byte, without encoding/json's
-// reflection, whose first use in a process for a type was some 0.05 ms
-// of CPU (every acquisition writes the counter; P1, P4).
-func (n counter) marshal() []byte {
-	b := make([]byte, 0, 96)
-	b = append(b, `{"schema":`...)
-	b = strconv.AppendInt(b, int64(n.Schema), 10)
-	b = append(b, `,"next":`...)
-	b = strconv.AppendUint(b, n.Next, 10)
-	b = append(b, `,"reserved":`...)
-	b = strconv.AppendUint(b, n.Reserved, 10)
-	b = append(b, `,"boot":`...)
-	b, ok := jsonstr.AppendPlain(b, n.Boot)
-	if !ok {
-		data, _ := json.Marshal(n)
-		return data
-	}
-	return append(b, '}')
-}
-
-// marshal is json.Marshal(r), byte for byte, as counter's is.
-func (r reservation) marshal() []byte {
-	b := make([]byte, 0, 96)
-	b = append(b, `{"schema":`...)
-	b = strconv.AppendInt(b, int64(r.Schema), 10)
-	b = append(b, `,"reserved":`...)
-	b = strconv.AppendUint(b, r.Reserved, 10)
-	b = append(b, `,"boot":`...)
-	b, ok := jsonstr.AppendPlain(b, r.Boot)
-	if !ok || r.Fence != 0 {
-		data, _ := json.Marshal(r)
-		return data
-	}
-	return append(b, '}')
 }
 
 // plan is the fence Take(atLeast) hands out from the counter n, and
@@ -174,7 +135,7 @@ func (n counter) plan(atLeast uint64, boot string) (uint64, bool) {
 }
 
 // UsedUpAt reports whether Take(atLeast) would fail for want of fences
-// (a record's fence near Max asks for one above it), without changing
+// (a record's fence near FenceMax asks for one above it), without changing
 // anything but creating the counter. It is false when the reservation
 // cannot be read: Problem names that.
 func (c Counter) UsedUpAt(atLeast uint64) (bool, error) {
@@ -191,62 +152,62 @@ func (c Counter) UsedUpAt(atLeast uint64) (bool, error) {
 	if err != nil {
 		return false, nil
 	}
-	return max(fence, res.Reserved+1) > Max-Block, nil
+	return max(fence, res.Reserved+1) > FenceMax-FenceBlock, nil
 }
 
 // lock opens the counter, takes the fence lock and reads it. A counter
 // that cannot be read is a zero one: it only costs a reservation.
-func (c Counter) lock() (int, counter, statefs.Slotted, error) {
+func (c Counter) lock() (int, counter, Slotted, error) {
 	fd, err := c.Dir.OpenFile(c.Lock, unix.O_RDWR|unix.O_CREAT)
 	if err != nil {
-		return -1, counter{}, statefs.Slotted{}, err
+		return -1, counter{}, Slotted{}, err
 	}
-	if err := statefs.FlockWait(fd, unix.LOCK_EX); err != nil {
+	if err := FlockWait(fd, unix.LOCK_EX); err != nil {
 		unix.Close(fd)
-		return -1, counter{}, statefs.Slotted{}, fmt.Errorf("lock %s: %w", c.Dir.Join(c.Lock), err)
+		return -1, counter{}, Slotted{}, fmt.Errorf("lock %s: %w", c.Dir.Join(c.Lock), err)
 	}
 	var n counter
-	raw, err := statefs.ReadSized(fd, c.Dir.Join(c.Lock), 2*slots.MinSize)
+	raw, err := ReadFD(fd, c.Dir.Join(c.Lock))
 	if err != nil {
 		unix.Close(fd)
-		return -1, counter{}, statefs.Slotted{}, err
+		return -1, counter{}, Slotted{}, err
 	}
-	cur, err := statefs.ParseSlotted(raw, c.Dir.Join(c.Lock))
-	if err != nil || cur.Size == 0 || json.Unmarshal(cur.Data, &n) != nil || n.Schema != schema || n.Next > n.Reserved+1 {
-		return fd, counter{}, statefs.Slotted{}, nil
+	cur, err := ParseSlotted(raw, c.Dir.Join(c.Lock))
+	if err != nil || cur.Size == 0 || json.Unmarshal(cur.Data, &n) != nil || n.Schema != fenceSchema || n.Next > n.Reserved+1 {
+		return fd, counter{}, Slotted{}, nil
 	}
 	return fd, n, cur, nil
 }
 
 // writeCounter writes n in place, not durably: the counter is never
 // renamed, so that its lock stays on the one file.
-func (c Counter) writeCounter(fd int, cur statefs.Slotted, n counter) error {
-	n.Schema = schema
-	data := n.marshal()
+func (c Counter) writeCounter(fd int, cur Slotted, n counter) error {
+	n.Schema = fenceSchema
+	data, _ := json.Marshal(n) // plain numbers and a string: cannot fail
 	if cur.Size == 0 {
-		whole, err := slots.Whole(data, 2)
+		whole, err := WholeSlots(data, 2)
 		if err != nil {
 			return err
 		}
-		return statefs.WriteSlotAt(fd, c.Dir.Join(c.Lock), whole, 0)
+		return WriteSlotAt(fd, c.Dir.Join(c.Lock), whole, 0)
 	}
-	slot := 1 - cur.Slot
-	return statefs.WriteSlotAt(fd, c.Dir.Join(c.Lock), slots.Encode(data, cur.Seq+1, cur.Size), int64(slot*cur.Size))
+	off, b := cur.Next(data)
+	return WriteSlotAt(fd, c.Dir.Join(c.Lock), b, off)
 }
 
 // reserve writes r durably over cur, what read returned under the fence
 // lock.
-func (c Counter) reserve(cur statefs.Slotted, r reservation) error {
-	r.Schema = schema
-	data := r.marshal()
+func (c Counter) reserve(cur Slotted, r reservation) error {
+	r.Schema = fenceSchema
+	data, _ := json.Marshal(r) // as the counter's
 	return c.Dir.WriteSlotted(c.Reservation, cur, data, true)
 }
 
 // read reads the durable reservation; none is a zero reservation.
-func (c Counter) read() (reservation, statefs.Slotted, error) {
+func (c Counter) read() (reservation, Slotted, error) {
 	cur, err := c.Dir.ReadSlotted(c.Reservation)
 	if errors.Is(err, fs.ErrNotExist) {
-		return reservation{Schema: schema}, statefs.Slotted{}, nil
+		return reservation{Schema: fenceSchema}, Slotted{}, nil
 	}
 	if err != nil {
 		return reservation{}, cur, err
@@ -254,19 +215,19 @@ func (c Counter) read() (reservation, statefs.Slotted, error) {
 	path := c.Dir.Join(c.Reservation)
 	var r reservation
 	if err := json.Unmarshal(cur.Data, &r); err != nil {
-		return reservation{}, cur, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, statefs.JSONProblem(err))
+		return reservation{}, cur, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, path, JSONProblem(err))
 	}
-	if r.Schema != schema {
-		return reservation{}, cur, fmt.Errorf("%w: %s has schema version %d; this fencerun reads version %d", store.ErrCorrupt, path, r.Schema, schema)
+	if r.Schema != fenceSchema {
+		return reservation{}, cur, fmt.Errorf("%w: %s has schema version %d; this fencerun reads version %d", store.ErrCorrupt, path, r.Schema, fenceSchema)
 	}
 	r.Reserved = max(r.Reserved, r.Fence)
-	if r.Reserved > Max {
-		return reservation{}, cur, fmt.Errorf("%w: %s reserves fences beyond %d", store.ErrCorrupt, path, uint64(Max))
+	if r.Reserved > FenceMax {
+		return reservation{}, cur, fmt.Errorf("%w: %s reserves fences beyond %d", store.ErrCorrupt, path, uint64(FenceMax))
 	}
 	return r, cur, nil
 }
 
-// usedUp is Take's error for a reservation at or beyond Max-Block: no
+// usedUp is Take's error for a reservation at or beyond FenceMax-FenceBlock: no
 // fence is left to hand out above it. Only damage or a hand edit gets
 // there (a counter that grows by one per acquisition does not), so
 // Problem reports it and Repair restarts the reservation.
@@ -275,14 +236,14 @@ func (c Counter) usedUp() error {
 }
 
 // ErrUsedUp is Take's error when no fence is left to hand out: the
-// reservation is at Max-Block, or atLeast is beyond it.
+// reservation is at FenceMax-FenceBlock, or atLeast is beyond it.
 var ErrUsedUp = errors.New("fences are used up")
 
 // readUsable is read, with a reservation that leaves no fence to hand
 // out (usedUp) an error too.
-func (c Counter) readUsable() (reservation, statefs.Slotted, error) {
+func (c Counter) readUsable() (reservation, Slotted, error) {
 	res, cur, err := c.read()
-	if err == nil && res.Reserved >= Max-Block {
+	if err == nil && res.Reserved >= FenceMax-FenceBlock {
 		return res, cur, c.usedUp()
 	}
 	return res, cur, err
@@ -290,10 +251,10 @@ func (c Counter) readUsable() (reservation, statefs.Slotted, error) {
 
 // salvageable is n if a fence or reservation this high can have been
 // handed out with fences left above it, else 0: a number beyond
-// Max-2*Block in a damaged file is damage, not a count, and a floor from
+// FenceMax-2*FenceBlock in a damaged file is damage, not a count, and a floor from
 // it would leave Repair's new reservation used up at once.
 func salvageable(n uint64) uint64 {
-	if n > Max-2*Block {
+	if n > FenceMax-2*FenceBlock {
 		return 0
 	}
 	return n
@@ -335,12 +296,12 @@ func (c Counter) Problem() error {
 // Take fails before it locks, is removed first: nobody can hold the fence
 // lock on it, and a new counter only costs a reservation. A symlink there
 // stays refused. A reservation that leaves no fence to hand out (used
-// up) is restarted too, and numbers beyond Max-2*Block are not salvaged:
+// up) is restarted too, and numbers beyond FenceMax-2*FenceBlock are not salvaged:
 // a repaired reservation always has fences left. It returns nil when
 // there was nothing to repair.
 func (c Counter) Repair(floorHint uint64, now time.Time) (*Repaired, error) {
 	junk := c.Dir.ClearJunk(c.Lock)
-	if junk != nil && !errors.Is(junk, statefs.ErrNoJunk) {
+	if junk != nil && !errors.Is(junk, ErrNoJunk) {
 		return nil, junk
 	}
 	fd, _, _, err := c.lock()
@@ -360,16 +321,16 @@ func (c Counter) Repair(floorHint uint64, now time.Time) (*Repaired, error) {
 	if !errors.Is(cause, store.ErrCorrupt) {
 		return nil, cause
 	}
-	if err := c.Dir.ClearJunk(c.Reservation); err != nil && !errors.Is(err, statefs.ErrNoJunk) {
+	if err := c.Dir.ClearJunk(c.Reservation); err != nil && !errors.Is(err, ErrNoJunk) {
 		return nil, err
 	}
-	floor := min(max(salvageable(statefs.Salvage(cur.Raw, "reserved")), salvageable(statefs.Salvage(cur.Raw, "fence")),
-		salvageable(floorHint), uint64(now.UnixMicro())), Max-2*Block)
-	if err := c.reserve(statefs.Slotted{}, reservation{Reserved: floor}); err != nil {
+	floor := min(max(salvageable(Salvage(cur.Raw, "reserved")), salvageable(Salvage(cur.Raw, "fence")),
+		salvageable(floorHint), uint64(now.UnixMicro())), FenceMax-2*FenceBlock)
+	if err := c.reserve(Slotted{}, reservation{Reserved: floor}); err != nil {
 		return nil, err
 	}
 	// The counter may still be this boot's, below the new floor.
-	if err := c.writeCounter(fd, statefs.Slotted{}, counter{}); err != nil {
+	if err := c.writeCounter(fd, Slotted{}, counter{}); err != nil {
 		return nil, err
 	}
 	return &Repaired{Path: c.Dir.Join(c.Reservation), Cause: cause, From: floor + 1}, nil
