@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/fences"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
@@ -148,12 +147,7 @@ func (s *Store) List(ctx context.Context) ([]store.Status, error) {
 // revoked set, keeping the fence and the holder's description (without its
 // token) until the holder releases or is found dead. live stays locked by
 // the holder, so nobody takes the key before the holder lets go (S1).
-//
-// It also clears corrupt state: an unreadable record is replaced by a
-// revoked free one whose fence restarts at the larger of any fence still
-// readable in it and the current Unix time in microseconds; garbage in the
-// queue, and empty directories where files belong, are removed. Symlinks
-// are not cleared: they stay refused as unsafe until a person looks.
+// It repairs the key's corrupt state first (Repair), under the same lock.
 func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
@@ -166,15 +160,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	defer kd.Close()
-	cleared := false
-	g, err := s.lockGuard(ctx, kd, true, unix.LOCK_EX, "release --force", nil)
-	if errors.Is(err, store.ErrCorrupt) {
-		if err := kd.ClearJunk(guardFile); err != nil {
-			return false, err
-		}
-		cleared = true
-		g, err = s.lockGuard(ctx, kd, true, unix.LOCK_EX, "release --force", nil)
-	}
+	g, cleared, err := s.lockToRepair(ctx, kd)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil // pruned as we opened it: free
 	}
@@ -182,72 +168,11 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	defer unix.Close(g)
-	if err := kd.ClearJunk(liveFile); err == nil {
-		cleared = true
-	} else if !errors.Is(err, statefs.ErrNoJunk) {
-		return false, err
-	}
-	if id, _, err := kd.Named(liveFile); err == nil {
-		// live as a second name of the guard (acquirer.attempt refuses it
-		// as corrupt): the link goes, and the next take makes live anew.
-		if gid, err := statefs.IDOf(g, kd.Join(guardFile)); err == nil && gid == id {
-			if err := unix.Unlinkat(kd.FD, liveFile, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-				return false, fmt.Errorf("clear %s, a second name of the guard %s: %w", kd.Join(liveFile), kd.Join(guardFile), err)
-			}
-			s.log.Warn("cleared a lock file that was the guard under a second name (a hard link)", "path", kd.Join(liveFile))
-			cleared = true
-		}
-	}
-	n, err := s.clearQueue(kd)
+	rec, cur, repaired, err := s.Repair(kd, g, key)
 	if err != nil {
 		return false, err
-	}
-	cleared = cleared || n > 0
-
-	rec, cur, err := readRecord(kd)
-	if err != nil && !errors.Is(err, store.ErrCorrupt) {
-		return false, err
-	}
-	// A reservation that cannot be read stops every acquisition in the
-	// store; any key's release --force clears it.
-	repaired, ferr := s.repairFences(statefs.Salvage(cur.Raw, "fence"))
-	if ferr != nil {
-		return false, ferr
 	}
 	cleared = cleared || repaired
-	if errors.Is(err, store.ErrCorrupt) {
-		if err := kd.ClearJunk(leaseFile); err != nil && !errors.Is(err, statefs.ErrNoJunk) {
-			return false, err
-		}
-		// The fence kept is only shown: the next holder's comes from the
-		// store's counter, above every fence the store ever handed out.
-		fence := min(statefs.Salvage(cur.Raw, "fence"), fences.Max-2*fences.Block)
-		fresh := record{Fence: fence, Version: statefs.Salvage(cur.Raw, "version") + 1, Revoked: true}
-		if err := writeRecord(kd, statefs.Slotted{}, &fresh); err != nil {
-			return false, err
-		}
-		poke(kd, salvageNotify(cur.Raw), s.log) // a holder may still run under it
-		s.log.Warn("cleared a corrupt lease record", "key", key, "cause", err, "fence", fence)
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if stuck, err := s.fencesUsedUpAt(rec.Fence + 1); err != nil {
-		return false, err
-	} else if stuck && !rec.held() {
-		// Only damage or a hand edit puts a fence this near fences.Max
-		// in a record: the next holder's, above it, would be refused as
-		// used up, so the key could never be taken again. The fence
-		// kept is the one a cleared record keeps.
-		rec.Fence = fences.Max - 2*fences.Block
-		rec.Version++
-		if err := writeRecord(kd, cur, &rec); err != nil {
-			return false, err
-		}
-		s.log.Warn("lowered a lease record's fence that left none to hand out above it", "path", kd.Join(leaseFile), "fence", rec.Fence)
-		cleared = true
-	}
 	switch {
 	case rec.held():
 		rec.Token = ""
@@ -264,6 +189,112 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		return held || cleared, err
 	}
 	return cleared, nil
+}
+
+// lockToRepair takes kd's guard exclusively for release --force; a guard
+// that is no regular file (corrupt) is cleared first, which it reports.
+func (s *Store) lockToRepair(ctx context.Context, kd dir) (int, bool, error) {
+	g, err := s.lockGuard(ctx, kd, true, unix.LOCK_EX, "release --force", nil)
+	if !errors.Is(err, store.ErrCorrupt) {
+		return g, false, err
+	}
+	if err := kd.ClearJunk(guardFile); err != nil {
+		return -1, false, err
+	}
+	g, err = s.lockGuard(ctx, kd, true, unix.LOCK_EX, "release --force", nil)
+	return g, true, err
+}
+
+// Repair clears the corrupt state of the key in kd, whose guard the caller
+// holds exclusively as g, and returns its record as it is then, and
+// whether it cleared anything. An unreadable record is replaced by a
+// revoked free one whose fence restarts at the larger of any fence still
+// readable in it and the current Unix time in microseconds; garbage in the
+// queue, and empty directories where files belong, are removed; an
+// unreadable fence reservation of the store is restarted. Symlinks are not
+// cleared: they stay refused as unsafe until a person looks.
+func (s *Store) Repair(kd dir, g int, key string) (record, statefs.Slotted, bool, error) {
+	cleared, err := s.clearLive(kd, g)
+	if err != nil {
+		return record{}, statefs.Slotted{}, false, err
+	}
+	n, err := s.clearQueue(kd)
+	if err != nil {
+		return record{}, statefs.Slotted{}, false, err
+	}
+	cleared = cleared || n > 0
+	rec, cur, err := readRecord(kd)
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+		return record{}, cur, false, err
+	}
+	// A reservation that cannot be read stops every acquisition in the
+	// store; any key's release --force clears it.
+	repaired, ferr := s.repairFences(statefs.Salvage(cur.Raw, "fence"))
+	if ferr != nil {
+		return record{}, cur, false, ferr
+	}
+	cleared = cleared || repaired
+	if err != nil {
+		fresh, werr := s.replaceRecord(kd, key, cur, err)
+		return fresh, statefs.Slotted{}, true, werr
+	}
+	if stuck, err := s.fencesUsedUpAt(rec.Fence + 1); err != nil {
+		return record{}, cur, false, err
+	} else if stuck && !rec.held() {
+		// Only damage or a hand edit puts a fence this near FenceMax
+		// in a record: the next holder's, above it, would be refused as
+		// used up, so the key could never be taken again. The fence
+		// kept is the one a cleared record keeps.
+		rec.Fence = statefs.FenceMax - 2*statefs.FenceBlock
+		rec.Version++
+		if err := writeRecord(kd, cur, &rec); err != nil {
+			return record{}, cur, false, err
+		}
+		s.log.Warn("lowered a lease record's fence that left none to hand out above it", "path", kd.Join(leaseFile), "fence", rec.Fence)
+		return rec, statefs.Slotted{}, true, nil
+	}
+	return rec, cur, cleared, nil
+}
+
+// clearLive removes what stands where live belongs and is no regular file,
+// or is the guard under a second name (acquirer.attempt refuses it as
+// corrupt): the next take makes live anew.
+func (s *Store) clearLive(kd dir, g int) (bool, error) {
+	cleared := false
+	if err := kd.ClearJunk(liveFile); err == nil {
+		cleared = true
+	} else if !errors.Is(err, statefs.ErrNoJunk) {
+		return false, err
+	}
+	id, _, err := kd.Named(liveFile)
+	if err != nil {
+		return cleared, nil
+	}
+	if gid, err := statefs.IDOf(g, kd.Join(guardFile)); err == nil && gid == id {
+		if err := unix.Unlinkat(kd.FD, liveFile, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return false, fmt.Errorf("clear %s, a second name of the guard %s: %w", kd.Join(liveFile), kd.Join(guardFile), err)
+		}
+		s.log.Warn("cleared a lock file that was the guard under a second name (a hard link)", "path", kd.Join(liveFile))
+		cleared = true
+	}
+	return cleared, nil
+}
+
+// replaceRecord replaces the record that cannot be read (cur, cause) by a
+// revoked free one. The fence kept is only shown: the next holder's comes
+// from the store's counter, above every fence the store ever handed out.
+func (s *Store) replaceRecord(kd dir, key string, cur statefs.Slotted, cause error) (record, error) {
+	if err := kd.ClearJunk(leaseFile); err != nil && !errors.Is(err, statefs.ErrNoJunk) {
+		return record{}, err
+	}
+	fence := min(statefs.Salvage(cur.Raw, "fence"), statefs.FenceMax-2*statefs.FenceBlock)
+	fresh := record{Fence: fence, Version: statefs.Salvage(cur.Raw, "version") + 1, Revoked: true}
+	if err := writeRecord(kd, statefs.Slotted{}, &fresh); err != nil {
+		return record{}, err
+	}
+	poke(kd, salvageNotify(cur.Raw), s.log) // a holder may still run under it
+	s.log.Warn("cleared a corrupt lease record", "key", key, "cause", cause, "fence", fence)
+	return fresh, nil
 }
 
 // clearQueue removes what in a key's queue is not a live waiter's entry:
