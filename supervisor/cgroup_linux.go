@@ -375,9 +375,13 @@ func (c *cgroup) kill() error {
 }
 
 // remove removes the cgroup and the (empty) cgroups nested in it, deepest
-// first: a nested fencerun that was killed leaves its own behind.
+// first: a nested fencerun that was killed leaves its own behind. The
+// usual cgroup has none, and goes with one rmdir.
 func (c *cgroup) remove() error {
 	c.close()
+	if err := unix.Rmdir(c.path); err == nil || err == unix.ENOENT {
+		return nil
+	}
 	var dirs []string
 	_ = filepath.WalkDir(c.path, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() {

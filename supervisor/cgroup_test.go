@@ -111,43 +111,6 @@ func TestGraceOnInjectedClock(t *testing.T) {
 	}
 }
 
-// S2 with a cgroup: a descendant that moves itself out of the command's
-// cgroup (root may write any cgroup.procs, as `systemd-run --scope` or a
-// container runtime does) is still below this process, its subreaper, and
-// is stopped as the fallback stops it: the tree is the cgroup and what
-// left it below this process.
-func TestCgroupEscapeeIsStillStopped(t *testing.T) {
-	h := hierarchy(t)
-	e := newEnv(t)
-	elsewhere := h.NewPath() // where the escapee goes; killed and removed after the test
-	if err := os.Mkdir(elsewhere, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		os.WriteFile(filepath.Join(elsewhere, "cgroup.kill"), []byte("1"), 0)
-		for i := 0; i < 100 && os.Remove(elsewhere) != nil; i++ {
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-	p, err := Start(Config{Argv: []string{"sh", "-c",
-		`sh -c 'echo $$ > ` + elsewhere + `/cgroup.procs && trap "" TERM && echo $$ > $INBOX && while :; do sleep 1; done' & while [ ! -e $INBOX.go ]; do sleep 0.01; done`},
-		Env: e.env, Grace: 100 * time.Millisecond, Cgroup: h.NewPath()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	escapee := e.inbox.nextPid(t)
-	if p.cg.has(escapee.pid) {
-		t.Fatal("the escapee is still in the command's cgroup: the scenario did not happen")
-	}
-	if err := os.WriteFile(e.inbox.path+".go", []byte("go\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if st := wait(t, p); st.Code != 0 {
-		t.Errorf("status %+v, want exit 0", st)
-	}
-	requireGone(t, escapee, false)
-}
-
 // S2 after a SIGKILLed wrapper, with a cgroup: a process of the dead
 // command's group that had moved itself out of the cgroup is still
 // stopped, by the recorded group, as without a cgroup; before, only the

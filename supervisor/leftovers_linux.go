@@ -420,6 +420,9 @@ func OwnSession() store.ProcessID {
 		return store.ProcessID{} // the id means nothing outside this namespace
 	}
 	self := os.Getpid()
+	if sid, err := unix.Getsid(0); err != nil || sid != self {
+		return store.ProcessID{} // the usual case: no /proc read
+	}
 	q, err := readProc(self)
 	if err != nil || q.sid != self {
 		return store.ProcessID{}

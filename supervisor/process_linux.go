@@ -362,6 +362,11 @@ func (p *Process) reaped(pid int, ws syscall.WaitStatus, err error) {
 	default:
 		p.status = Status{Code: ws.ExitStatus()}
 	}
+	// The orphans of the tree that died while the direct child was a
+	// zombie: SIGCHLD's reaper left them (see deadOrphans).
+	if deadOrphans() {
+		reapAdopted()
+	}
 	reg.mu.Lock()
 	delete(reg.procs, pid)
 	reg.mu.Unlock()
@@ -468,22 +473,10 @@ func (p *Process) sweep() {
 	if err := s.run(); err != nil {
 		p.log.Error("the command's tree could not be stopped entirely", "pid", p.pid, "error", err)
 	}
-	nothing := p.cg != nil && !p.foreign && p.nothingBelow()
-	if p.cg != nil && !p.foreign && !nothing {
-		// What moved itself out of the cgroup (root may write any
-		// cgroup.procs: systemd-run --scope, a container runtime) is still
-		// below this process, its subreaper: stop it as the fallback does.
-		s.cg, s.members = nil, p.below
-		if err := s.run(); err != nil {
-			p.log.Error("the command's tree could not be stopped entirely", "pid", p.pid, "error", err)
-		}
-	}
 	if p.cg != nil {
-		// The cgroup is empty: reap the orphans that died in it (none are
-		// here when nothing was below), then remove it.
-		if !nothing {
-			reapAdopted()
-		}
+		// The cgroup is empty: the tree is gone (S2: the tree is the
+		// cgroup). Its orphans that died here are reaped with the direct
+		// child (reaped).
 		t0 := time.Now()
 		if err := p.cg.remove(); err != nil {
 			p.log.Warn("could not remove the command's cgroup", "error", err)
@@ -497,49 +490,6 @@ func (p *Process) sweep() {
 	unix.Close(p.wake)
 	p.mu.Unlock()
 	close(p.swept)
-}
-
-// nothingBelow reports, once the command's cgroup is empty, that no
-// process of its tree can be left outside it: the direct child is dead, and
-// two readings of this process's children, alike, find none but the direct
-// children of running commands. It is the common case, and saves the
-// fallback's sweep (three readings of every descendant and their
-// environments, 0.4 ms of every handoff: docs/DESIGN.md).
-//
-// Why that suffices: a process of the tree that left the cgroup lives below
-// this process, its subreaper, and every process between it and this one is
-// alive (an exiting parent's children are handed to the reaper before the
-// parent turns zombie), so one of them is a child of this process that no
-// Process started. The direct child's own children came here when it
-// exited, before the reading. Under reg.mu no adopted child is reaped, so
-// one that dies meanwhile stays, a zombie, in the reading; children passed
-// from one of this process's threads to another between the reading of two
-// lists are what the second reading is for, as in the fallback's settled.
-func (p *Process) nothingBelow() bool {
-	if q, err := readProc(p.pid); err != nil || !q.dead() {
-		return false
-	}
-	self := os.Getpid()
-	reg.mu.Lock()
-	defer reg.mu.Unlock()
-	var first []int
-	for i := range 2 {
-		kids, err := children(self)
-		if err != nil {
-			return false
-		}
-		for _, k := range kids {
-			if reg.procs[k] == nil {
-				return false
-			}
-		}
-		slices.Sort(kids)
-		if i == 1 && !slices.Equal(kids, first) {
-			return false
-		}
-		first = kids
-	}
-	return true
 }
 
 // Signal sends sig to the command's process group and to every other live

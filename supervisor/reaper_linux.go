@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,13 +35,32 @@ func setup() error {
 		signal.Notify(c, syscall.SIGCHLD)
 		go func() {
 			for range c {
-				if !foreignProc() { // else each Process reaps all: see pidns_linux.go
+				// Else each Process reaps all: see pidns_linux.go.
+				if !foreignProc() && deadOrphans() {
 					reapAdopted()
 				}
 			}
 		}()
 	})
 	return reg.err
+}
+
+// deadOrphans reports whether a child of this process may be an orphan
+// that died and is for reapAdopted: whether the first dead child waitid(2)
+// finds, without reaping it, is not a running command's direct child. A
+// direct child that is dead is reaped by its own goroutine once its tree
+// is gone, and reapAdopted runs then (reaped): until then the orphans
+// behind it wait, as zombies, which are no longer of the tree. So the
+// usual SIGCHLD, a command's own exit, reads nothing in /proc.
+func deadOrphans() bool {
+	var info childInfo
+	err := unix.Waitid(unix.P_ALL, 0, (*unix.Siginfo)(unsafe.Pointer(&info)), unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	if err != nil || info.pid == 0 {
+		return false // no child, or none dead
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	return reg.procs[int(info.pid)] == nil
 }
 
 // reapAdopted reaps the dead children of this process that belong to a
