@@ -55,6 +55,7 @@ type CLI struct {
 	VersionCmd VersionCmd    `cmd:"" name:"version" help:"Print the version, Go version and VCS revision (also --version)."`
 	Help       HelpCmd       `cmd:"" help:"Show the help of fencerun or of one command."`
 	Init       InitCmd       `cmd:"" help:"Create a store shared by a group: fencerun init --group G DIR."`
+	Metrics    MetricsCmd    `cmd:"" help:"Print the Prometheus text exposition of every key and resident store (N3)."`
 	Completion CompletionCmd `cmd:"" help:"Print a completion script for bash, zsh or fish."`
 	Man        ManCmd        `cmd:"" hidden:"" help:"Print the manual page fencerun(1) in roff (just man writes docs/fencerun.1)."`
 }

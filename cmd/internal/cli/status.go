@@ -108,25 +108,9 @@ func (l *ListCmd) shows(st store.Status) bool {
 
 // Run lists every key.
 func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
-	var all []store.Status
-	backend, err := g.openStore(false)
-	var missing *noState
-	switch {
-	case errors.As(err, &missing):
-		missing.note(g.log)
-	case err != nil:
+	views, err := gather(ctx, g, l.shows)
+	if err != nil {
 		return err
-	default:
-		defer backend.Close()
-		if all, err = backend.List(ctx); err != nil {
-			return fail(exitFailed, "%v", err)
-		}
-		all = append(all, residentRoles(g, backend)...)
-	}
-	all = slices.DeleteFunc(all, func(st store.Status) bool { return !l.shows(st) })
-	views := make([]statusView, len(all))
-	for i, st := range all {
-		views[i] = view(st)
 	}
 	if l.JSON {
 		return writeJSON(os.Stdout, views)
@@ -160,6 +144,33 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", name, st.State, store.Printable(holder), heldFor, len(st.Waiters), store.Printable(reason))
 	}
 	return w.Flush()
+}
+
+// gather reads every key of the store and every resident role the state
+// root has seen, as shown, those that shows passes: list's and metrics'
+// rows. A missing state root is an empty result with a note.
+func gather(ctx context.Context, g *Globals, shows func(store.Status) bool) ([]statusView, error) {
+	var all []store.Status
+	backend, err := g.openStore(false)
+	var missing *noState
+	switch {
+	case errors.As(err, &missing):
+		missing.note(g.log)
+	case err != nil:
+		return nil, err
+	default:
+		defer backend.Close()
+		if all, err = backend.List(ctx); err != nil {
+			return nil, fail(exitFailed, "%v", err)
+		}
+		all = append(all, residentRoles(g, backend)...)
+	}
+	all = slices.DeleteFunc(all, func(st store.Status) bool { return !shows(st) })
+	views := make([]statusView, len(all))
+	for i, st := range all {
+		views[i] = view(st)
+	}
+	return views, nil
 }
 
 // statusView is the JSON shape of CONTRACT.md: a status with its error spelled
