@@ -45,6 +45,11 @@ integration:
 chaos minutes="5":
     FENCERUN_CHAOS_MINUTES={{minutes}} go test -race -count=1 -run 'Chaos' -timeout 0 ./integration/...
 
+# A thousand waiter processes on one key drain in arrival order, none lost
+# (the default suite queues 300).
+waiters count="1000":
+    FENCERUN_WAITERS={{count}} go test -count=1 -run 'TestManyWaitersInArrivalOrder' -timeout 0 ./integration/
+
 # Benchmarks: fencerun against flock(1), and fencerun --etcd against etcdctl lock on an etcd
 # server of its own (docs/CONTRACT.md P1-P7), the store's Go benchmarks included; rewrites
 # BENCHMARKS.md. Flags pass through: just bench -bench-count 6; just bench -only p7 (prints only)

@@ -6,6 +6,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -78,4 +79,72 @@ func switches(t *testing.T, pids []int) int {
 		}
 	}
 	return total
+}
+
+// TestManyWaitersInArrivalOrder queues a few hundred waiter processes
+// (FENCERUN_WAITERS of them: 1,000 with `just waiters`) one by one behind a
+// holder at TTL 3 s, and lets them drain: every command runs, one at a
+// time, in arrival order (S10, P2), and no holder loses its lease to
+// the queue (P8): counts, not times.
+func TestManyWaitersInArrivalOrder(t *testing.T) {
+	n := 300
+	if v := os.Getenv("FENCERUN_WAITERS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("FENCERUN_WAITERS=%q: want a count", v)
+		}
+	}
+	s := newSandbox(t)
+	holder := s.fencerun("holder", "run", "--key", "k", "--ttl", "3s", "--", "sh", "-c", `touch held; read x || true`)
+	gate, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.start(holder)
+	waitFile(t, s.path("held"))
+	queue := filepath.Join(s.state, "keys", "k-k", "queue")
+	var waiters []*exec.Cmd
+	for i := range n {
+		c := s.fencerun("waiters", "run", "--key", "k", "--ttl", "3s", "--",
+			"sh", "-c", exclusive+`echo $0 >> order`, strconv.Itoa(i))
+		c.Env = append(c.Env, "FENCERUN_LOG_LEVEL=warn")
+		waiters = append(waiters, s.start(c))
+		if err := waitFor(func() bool { return queued(queue) == i+1 }); err != nil {
+			t.Fatalf("waiter %d never queued (%d in the queue)", i, queued(queue))
+		}
+	}
+	gate.Close()
+	if code := exitOf(t, holder); code != 0 {
+		t.Errorf("holder exited %d, want 0 (76: it lost its lease)", code)
+	}
+	lost := 0
+	for _, c := range waiters {
+		if exitOf(t, c) != 0 {
+			lost++
+		}
+	}
+	s.noOverlap()
+	b, _ := os.ReadFile(s.path("order"))
+	ran := strings.Fields(string(b))
+	inversions := 0
+	for i, w := range ran {
+		if w != strconv.Itoa(i) {
+			inversions++
+		}
+	}
+	if lost != 0 || inversions != 0 || len(ran) != n {
+		t.Errorf("%d waiters: %d commands ran, %d out of arrival order, %d waiters did not exit 0", n, len(ran), inversions, lost)
+	}
+}
+
+// queued counts the entries in a key's queue directory.
+func queued(dir string) int {
+	ents, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.ParseUint(e.Name(), 10, 64); err == nil {
+			n++
+		}
+	}
+	return n
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -74,7 +75,11 @@ type acquirer struct {
 	claim store.Claim
 	entry *ownEntry // our queue entry while we wait
 	last  uint64    // the highest sequence number seen in the queue
-	tail  string    // the last live entry seen in the queue
+	// ahead are the sequence numbers, ascending, of the entries that may
+	// still be live ahead of ours: those listed when we queued, less those
+	// found gone or dead since. Nobody queues ahead of a queued waiter, so
+	// a wake-up reads only from the end of this list, never the queue.
+	ahead []uint64
 }
 
 // busy says who is in the way: whom to report, and the lock to wait on.
@@ -98,37 +103,12 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 	if err != nil {
 		return nil, nil, err
 	}
-	if a.tail != "" {
-		b.wait, b.name = a.entry.qd, a.tail
+	if n := len(a.ahead); n > 0 {
+		b.wait, b.name = a.entry.qd, formatSeq(a.ahead[n-1])
 	}
 	a.s.log.Debug("waiting for the lease", "key", a.key, "entry", a.entry.name)
 	for {
-		// Sleep in the kernel until the lock in our way is released: the
-		// holder's live lock when we are at the head of the queue, else
-		// the entry lock of the waiter just ahead. A release, a death and
-		// a departure all drop that lock, and wake us at once.
-		var err error
-		if b.moved {
-			// No lock of it is left to sleep on: its claim (an abstract
-			// name) is free when it is gone.
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-		} else {
-			err = waitUnlocked(ctx, b.wait, b.name)
-		}
-		if ctx.Err() != nil {
-			a.leave()
-			return nil, nil, fmt.Errorf("filestore: waiting for %q: %w", a.key, context.Cause(ctx))
-		}
-		if err == nil {
-			var g int
-			if g, err = a.s.lockGuard(ctx, a.kd, true, unix.LOCK_EX, "acquire", nil); err == nil {
-				l, b, err = a.attempt(g)
-				unix.Close(g)
-			}
-		}
+		l, b, err = a.waitTurn(ctx, b)
 		if l != nil {
 			return l, nil, nil
 		}
@@ -137,6 +117,37 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 			return nil, nil, err
 		}
 	}
+}
+
+// waitTurn sleeps in the kernel until the lock in our way (b) is
+// released, and then tries again under the guard: the holder's live lock
+// when we are at the head of the queue, else the entry lock of the waiter
+// just ahead. A release, a death and a departure all drop that lock, and
+// wake us (and nobody else) at once.
+func (a *acquirer) waitTurn(ctx context.Context, b busy) (*Lease, busy, error) {
+	var err error
+	if b.moved {
+		// No lock of it is left to sleep on: its claim (an abstract
+		// name) is free when it is gone.
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	} else {
+		err = waitUnlocked(ctx, b.wait, b.name)
+	}
+	if ctx.Err() != nil {
+		return nil, b, fmt.Errorf("filestore: waiting for %q: %w", a.key, context.Cause(ctx))
+	}
+	if err != nil {
+		return nil, b, err
+	}
+	g, err := a.s.lockGuard(ctx, a.kd, true, unix.LOCK_EX, "acquire", nil)
+	if err != nil {
+		return nil, b, err
+	}
+	defer unix.Close(g)
+	return a.attempt(g)
 }
 
 // waitUnlocked returns once nobody holds flock(LOCK_EX) on name in d (or
@@ -155,85 +166,181 @@ func waitUnlocked(ctx context.Context, d dir, name string) error {
 }
 
 // attempt takes the lease if it is our turn and live is free. The caller
-// holds the guard exclusively. Dead waiters' entries are removed on the way.
+// holds the guard exclusively. It reads the record, our own entry and the
+// entries just ahead of ours (dead ones are removed on the way), never
+// the rest of the queue.
 func (a *acquirer) attempt(g int) (*Lease, busy, error) {
 	rec, cur, err := readRecord(a.kd)
 	if err != nil {
 		return nil, busy{}, err
 	}
-	q, err := a.s.readQueue(a.kd, true, nil)
-	if err != nil {
+	if err := a.stillQueued(); err != nil {
 		return nil, busy{}, err
 	}
-	ahead := q
-	if a.entry != nil {
-		pos := -1
-		for i := range q {
-			if q[i].ino == a.entry.ino {
-				pos = i
-			}
-		}
-		if pos < 0 {
-			return nil, busy{}, fmt.Errorf("filestore: queue entry %s was removed by someone else while waiting", a.entry.qd.Join(a.entry.name))
-		}
-		ahead = q[:pos]
-	}
-	if len(q) > 0 {
-		a.last, a.tail = q[len(q)-1].seq, q[len(q)-1].name
-	}
-	// Never the name of the holder's own entry, which status leaves out
-	// while it is being removed (take).
-	if rec.Holder != nil {
-		if n, ok := parseSeq(rec.Holder.Entry); ok && n > a.last {
-			a.last = n
-		}
-	}
-	live, err := a.kd.OpenFile(liveFile, unix.O_RDONLY|unix.O_CREAT)
-	if err != nil {
-		return nil, busy{}, err
-	}
-	free := true
-	switch err := unix.Flock(live, unix.LOCK_EX|unix.LOCK_NB); err {
-	case nil:
-	case unix.EWOULDBLOCK:
-		free = false
-		if what := a.lockedHere(live, g); what != "" {
-			unix.Close(live)
-			return nil, busy{}, fmt.Errorf("%w: %s is %s under a second name (a hard link): its lock is one this process holds as it looks, so nobody could ever take the key", store.ErrCorrupt, a.kd.Join(liveFile), what)
-		}
-	default:
-		unix.Close(live)
-		return nil, busy{}, fmt.Errorf("filestore: lock %s: %w", a.kd.Join(liveFile), err)
-	}
-	if free && len(ahead) == 0 {
-		c, moved, err := a.s.claim(a.key)
-		if err != nil {
-			unix.Close(live)
+	if a.entry == nil {
+		if err := a.listQueue(rec); err != nil {
 			return nil, busy{}, err
 		}
-		if !moved {
-			l, err := a.take(rec, cur, live, c, g)
-			return l, busy{}, err
-		}
-		unix.Close(live)
-		a.s.log.Warn("a holder of this key whose key directory was moved or deleted still runs; waiting for it", "key", a.key)
-		return nil, busy{moved: true, holder: &store.Holder{Name: "a holder whose key directory was moved or deleted (its command is being stopped)"}}, nil
+	}
+	next, err := a.next(rec)
+	if err != nil {
+		return nil, busy{}, err
+	}
+	live, free, err := a.lockLive(g)
+	if err != nil {
+		return nil, busy{}, err
+	}
+	if free && next == nil {
+		return a.takeIfNotMoved(rec, cur, live, g)
 	}
 	unix.Close(live) // and with it the lock, if we got it out of turn
 	b := busy{wait: a.kd, name: liveFile}
-	if free {
-		h := ahead[0].w.holder()
+	switch {
+	case free:
+		h := next.w.holder()
 		b.holder = &h
-	} else {
+	default:
 		b.holder = rec.Holder.holder(rec.Fence)
 		if b.holder == nil { // live held without a record: not ours to describe
 			b.holder = &store.Holder{Name: unrecordedHolder, Fence: rec.Fence}
 		}
 	}
-	if len(ahead) > 0 && a.entry != nil {
-		b.wait, b.name = a.entry.qd, ahead[len(ahead)-1].name
+	if next != nil && a.entry != nil {
+		b.wait, b.name = a.entry.qd, next.name
 	}
 	return nil, b, nil
+}
+
+// takeIfNotMoved takes the lease (see take) unless a holder whose key
+// directory was moved away still runs: then it is in the way.
+func (a *acquirer) takeIfNotMoved(rec record, cur statefs.Slotted, live, g int) (*Lease, busy, error) {
+	c, moved, err := a.s.claim(a.key)
+	if err != nil {
+		unix.Close(live)
+		return nil, busy{}, err
+	}
+	if !moved {
+		l, err := a.take(rec, cur, live, c, g)
+		return l, busy{}, err
+	}
+	unix.Close(live)
+	a.s.log.Warn("a holder of this key whose key directory was moved or deleted still runs; waiting for it", "key", a.key)
+	return nil, busy{moved: true, holder: &store.Holder{Name: "a holder whose key directory was moved or deleted (its command is being stopped)"}}, nil
+}
+
+// lockLive opens live and tries its lock: free is whether we got it.
+func (a *acquirer) lockLive(g int) (live int, free bool, err error) {
+	live, err = a.kd.OpenFile(liveFile, unix.O_RDONLY|unix.O_CREAT)
+	if err != nil {
+		return -1, false, err
+	}
+	switch err := unix.Flock(live, unix.LOCK_EX|unix.LOCK_NB); err {
+	case nil:
+		return live, true, nil
+	case unix.EWOULDBLOCK:
+		if what := a.lockedHere(live, g); what != "" {
+			unix.Close(live)
+			return -1, false, fmt.Errorf("%w: %s is %s under a second name (a hard link): its lock is one this process holds as it looks, so nobody could ever take the key", store.ErrCorrupt, a.kd.Join(liveFile), what)
+		}
+		return live, false, nil
+	default:
+		unix.Close(live)
+		return -1, false, fmt.Errorf("filestore: lock %s: %w", a.kd.Join(liveFile), err)
+	}
+}
+
+// stillQueued checks that our entry, if we queued, is still there.
+func (a *acquirer) stillQueued() error {
+	e := a.entry
+	if e == nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(e.qd.FD, e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Ino != e.ino {
+		return fmt.Errorf("filestore: queue entry %s was removed by someone else while waiting", e.qd.Join(e.name))
+	}
+	return nil
+}
+
+// listQueue lists the queue's names, before we queue: the highest
+// sequence number (ours will be above it), and the entries ahead. Only
+// names are read here, no entry.
+func (a *acquirer) listQueue(rec record) error {
+	if rec.Holder != nil {
+		// Never the name of the holder's own entry, which status leaves
+		// out while it is being removed (take).
+		if n, ok := parseSeq(rec.Holder.Entry); ok && n > a.last {
+			a.last = n
+		}
+	}
+	qd, err := a.kd.OpenDir(queueDir, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer qd.Close()
+	names, err := qd.List()
+	if err != nil {
+		return err
+	}
+	a.ahead = a.ahead[:0]
+	for _, name := range names {
+		if strings.HasPrefix(name, statefs.TempPrefix) {
+			continue
+		}
+		seq, ok := parseSeq(name)
+		if !ok {
+			return fmt.Errorf("%w: %s is not a queue entry", store.ErrCorrupt, qd.Join(name))
+		}
+		a.ahead = append(a.ahead, seq)
+		a.last = max(a.last, seq)
+	}
+	slices.Sort(a.ahead)
+	return nil
+}
+
+// next is the live entry nearest ahead of ours (of the queue's end, before
+// we queue), nil if none: then we are next. It reads entries from the end
+// of a.ahead, dropping those gone, dead (removed: the caller holds the
+// guard exclusively) or already served: every entry up to the holder's own
+// took its turn or left before the holder took its.
+func (a *acquirer) next(rec record) (*queued, error) {
+	var served uint64
+	if rec.Holder != nil {
+		served, _ = parseSeq(rec.Holder.Entry)
+	}
+	qd, err := a.kd.OpenDir(queueDir, false)
+	if errors.Is(err, os.ErrNotExist) {
+		a.ahead = nil
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer qd.Close()
+	for len(a.ahead) > 0 {
+		seq := a.ahead[len(a.ahead)-1]
+		if seq <= served {
+			a.ahead = nil
+			break
+		}
+		name := formatSeq(seq)
+		e, alive, err := readEntry(qd, name)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		if err == nil && alive {
+			e.seq = seq
+			return &e, nil
+		}
+		if err == nil && unix.Unlinkat(qd.FD, name, 0) == nil {
+			a.s.log.Debug("removed a dead waiter's queue entry", "path", qd.Join(name), "pid", e.w.PID)
+		}
+		a.ahead = a.ahead[:len(a.ahead)-1]
+	}
+	return nil, nil
 }
 
 // lockedHere names what live, open as fd and found locked, is a second
@@ -258,32 +365,79 @@ func (a *acquirer) lockedHere(live, g int) string {
 	return ""
 }
 
+// taking is what a take holds before its record is written: released
+// all together (undo) when a step fails.
+type taking struct {
+	live   int             // open and locked
+	claim  *unixsock.Claim // our claim on the key (moved_linux.go)
+	guard  keptFile        // for the renewals, until the release
+	notify *notifier       // listening before the record names it
+	token  string
+	term   store.Term // from before the record's expiry is stamped
+}
+
+func (t *taking) undo() {
+	if t.notify != nil {
+		t.notify.stop(false)
+	}
+	if t.guard.fd >= 0 {
+		t.guard.close()
+	}
+	t.claim.Release()
+	unix.Close(t.live)
+}
+
 // take writes the record that makes us the holder over rec (read as cur)
 // and returns the Lease. live is open and locked, c is our claim on the
-// key (claim_linux.go); the caller holds the guard, open as g.
+// key; the caller holds the guard, open as g.
 func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.Claim, g int) (*Lease, error) {
-	token, err := newToken()
+	t := &taking{live: live, claim: c, guard: keptFile{fd: -1}}
+	next, err := a.prepare(t, rec, g)
 	if err != nil {
-		c.Release()
-		unix.Close(live)
+		t.undo()
 		return nil, err
 	}
-	// The guard, open for the lease's renewals until its release
-	// (Lease.lockKeptGuard): the file we hold locked, opened again by its name.
-	guard, err := keepGuard(a.kd, g)
+	// The fence is durable in its reservation; the record need not be
+	// (internal/statefs): one write in place.
+	data := next.marshal()
+	err = a.kd.WriteSlotted(leaseFile, cur, data, false)
+	var kept keptFile
+	if err == nil {
+		// Open for the renewals too, under the guard: the file we wrote.
+		kept, err = keepFile(a.kd, leaseFile, unix.O_RDWR)
+	}
 	if err != nil {
-		c.Release()
-		unix.Close(live)
+		t.undo()
 		return nil, err
 	}
-	// Listen before writing, so that no revocation or cancel after the
-	// write can miss us.
-	n, err := listenNotify(a.kd, a.kd.FileMode())
-	if err != nil {
-		guard.close()
-		c.Release()
-		unix.Close(live)
-		return nil, err
+	left := a.leaveInBackground()
+	a.clearAfter(rec)
+	pred := rec.Predecessor
+	if rec.Holder != nil {
+		pred = rec.Holder // live was free: its holder died holding the lease
+	}
+	l := a.lease(t, predecessor(pred, rec.Fence, a.s.mark(next.Leftovers)), next, kept, left)
+	if pred != nil {
+		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", rec.Fence, "fence", next.Fence)
+	}
+	a.s.log.Debug("acquired", "key", a.key, "fence", next.Fence)
+	return l, nil
+}
+
+// prepare gets what the record will name, in t, and returns the record:
+// a token, the guard kept open (the file we hold locked, opened again by
+// its name), the socket listened on before the write (so that no
+// revocation or cancel after the write can miss us), and the next fence.
+func (a *acquirer) prepare(t *taking, rec record, g int) (record, error) {
+	var err error
+	if t.token, err = newToken(); err != nil {
+		return record{}, err
+	}
+	if t.guard, err = keepGuard(a.kd, g); err != nil {
+		return record{}, err
+	}
+	if t.notify, err = listenNotify(a.kd, a.kd.FileMode()); err != nil {
+		return record{}, err
 	}
 	fence, err := a.s.nextFence(rec.Fence + 1)
 	if rec.Fence >= statefs.FenceMax-statefs.FenceBlock && errors.Is(err, statefs.ErrUsedUp) {
@@ -293,106 +447,73 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		err = fmt.Errorf("%w: %s: fence %d is too near the limit: %w", store.ErrCorrupt, a.kd.Join(leaseFile), rec.Fence, statefs.ErrUsedUp)
 	}
 	if err != nil {
-		guard.close()
-		n.stop(false)
-		c.Release()
-		unix.Close(live)
-		return nil, err
+		return record{}, err
 	}
-	// Every tree that may still run: what earlier holders left unconfirmed,
-	// and the dead holder's (or the pruned one's) own.
-	pred := rec.Predecessor
-	if rec.Holder != nil {
-		pred = rec.Holder // live was free: its holder died holding the lease
-	}
-	leftovers := rec.trees()
-	term := store.Term{Start: a.claim.Clock(), TTL: a.claim.TTL}
+	t.term = store.Term{Start: a.claim.Clock(), TTL: a.claim.TTL}
 	now := a.s.now()
 	next := record{
-		Leftovers: leftovers,
+		// Every tree that may still run: what earlier holders left
+		// unconfirmed, and the dead holder's (or the pruned one's) own.
+		Leftovers: rec.trees(),
 		Fence:     fence,
 		Version:   rec.Version + 1,
-		Token:     token,
+		Token:     t.token,
 		Holder: &holderRecord{
-			Name:     a.claim.Name,
-			PID:      os.Getpid(),
-			Host:     a.s.host,
-			Reason:   a.claim.Reason,
-			Marker:   a.claim.Marker,
-			Cgroup:   a.claim.Cgroup,
-			Notify:   n.name,
-			Acquired: now,
-			Expires:  now.Add(a.claim.TTL),
+			Name: a.claim.Name, PID: os.Getpid(), Host: a.s.host, Reason: a.claim.Reason,
+			Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Notify: t.notify.name,
+			Acquired: now, Expires: now.Add(a.claim.TTL),
 		},
 	}
 	if a.entry != nil {
 		next.Holder.Entry = a.entry.name
 	}
-	// The fence is durable in its reservation; the record need not be
-	// (internal/statefs): one write in place.
-	data := next.marshal()
-	err = a.kd.WriteSlotted(leaseFile, cur, data, false)
-	var record keptFile
-	if err == nil {
-		// Open for the renewals too, under the guard: the file we wrote.
-		record, err = keepFile(a.kd, leaseFile, unix.O_RDWR)
-	}
-	if err != nil {
-		guard.close()
-		n.stop(false)
-		c.Release()
-		unix.Close(live)
-		return nil, err
-	}
-	// Our queue entry goes in the background: removing a file waits for
-	// the file system's journal, which took milliseconds of a handoff on a
-	// busy disk here, and nobody needs it gone at once. Until it is gone
-	// it reads as a live waiter's, ours: the waiter behind us sleeps on its
-	// lock and, woken when it goes, on live. Release waits for it (S8).
+	return next, nil
+}
+
+// leaveInBackground removes our queue entry in the background: removing a
+// file waits for the file system's journal, which took milliseconds of a
+// handoff on a busy disk here, and nobody needs it gone at once (the
+// waiter behind us reads it as served: next). The channel is closed once
+// it is gone; Release waits for it (S8).
+func (a *acquirer) leaveInBackground() chan struct{} {
 	left := make(chan struct{})
-	if e, remove := a.entry, removeOwnEntry; e != nil {
-		a.entry = nil
-		go func() {
-			defer close(left)
-			remove(e)
-		}()
-	} else {
+	e, remove := a.entry, removeOwnEntry
+	if e == nil {
 		close(left)
+		return left
 	}
+	a.entry = nil
+	go func() {
+		defer close(left)
+		remove(e)
+	}()
+	return left
+}
+
+// clearAfter removes what the holder before us left that is ours to
+// remove now: a dead holder's socket, an old cancel request.
+func (a *acquirer) clearAfter(rec record) {
 	if rec.Holder != nil && isNotifyName(rec.Holder.Notify) {
 		unixsock.Remove(a.kd.FD, rec.Holder.Notify) // the dead holder's socket
 	}
 	if err := unix.Unlinkat(a.kd.FD, cancelFile, 0); err != nil && err != unix.ENOENT {
 		a.s.log.Warn("cannot remove an old cancel request", "path", a.kd.Join(cancelFile), "error", err)
 	}
+}
+
+// lease is the Lease of a take that wrote next after pred,
+// and starts its watchers.
+func (a *acquirer) lease(t *taking, pred *store.Holder, next record, kept keptFile, left chan struct{}) *Lease {
 	l := &Lease{
-		s:       a.s,
-		key:     a.key,
-		kd:      a.kd,
-		live:    live,
-		fence:   next.Fence,
-		token:   token,
-		ttl:     a.claim.TTL,
-		clock:   a.claim.Clock,
-		term:    term,
-		version: next.Version,
-		cgroup:  a.claim.Cgroup != "",
-		pred:    predecessor(pred, rec.Fence, a.s.mark(leftovers)),
-		changes: make(chan struct{}, 1),
-		left:    left,
-		guard:   guard,
-		record:  record,
+		s: a.s, key: a.key, kd: a.kd, live: t.live, fence: next.Fence, token: t.token,
+		ttl: a.claim.TTL, clock: a.claim.Clock, term: t.term,
+		version: next.Version, cgroup: a.claim.Cgroup != "", pred: pred,
+		changes: make(chan struct{}, 1), left: left, guard: t.guard, record: kept,
+		notify: t.notify, held: t.claim, unwatch: make(chan struct{}),
 	}
-	l.notify = n
-	l.held = c
-	l.unwatch = make(chan struct{})
-	n.start(l.changes, a.s.log)
+	t.notify.start(l.changes, a.s.log)
 	go l.watchPath(l.unwatch)
-	if pred != nil {
-		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", rec.Fence, "fence", next.Fence)
-	}
-	a.s.log.Debug("acquired", "key", a.key, "fence", next.Fence)
-	return l, nil
+	return l
 }
 
 func newToken() (string, error) {
@@ -420,7 +541,8 @@ func (a *acquirer) enqueue() error {
 		// would read as corrupt. It is written long before any handoff.
 		fd, err := qd.WriteAtomic(name, data, statefs.WriteOpts{Locked: true, NoReplace: true, Durable: true})
 		if errors.Is(err, unix.EEXIST) && seq < a.last+100 {
-			continue // an entry we did not list; take the next number
+			a.ahead = append(a.ahead, seq) // an entry we did not list, ahead of ours
+			continue
 		}
 		if err != nil {
 			qd.Close()

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -33,53 +31,13 @@ func TestWaitersExcludeEachOtherAndGoInArrivalOrder(t *testing.T) {
 	s, _ := newStore(t)
 	first := mustAcquire(t, s, "k", claim("first"))
 	const n = 5
-	var (
-		inside   atomic.Int32
-		overlaps atomic.Int32
-		mu       sync.Mutex
-		order    []int
-		wg       sync.WaitGroup
-	)
-	for i := range n {
-		wg.Go(func() {
-			c := claim("w" + strconv.Itoa(i))
-			c.Wait = true
-			l, _, err := s.Acquire(context.Background(), "k", c)
-			if err != nil || l == nil {
-				t.Errorf("waiter %d: %v, %v", i, l, err)
-				return
-			}
-			if inside.Add(1) > 1 {
-				overlaps.Add(1)
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			inside.Add(-1)
-			if err := l.Release(context.Background()); err != nil {
-				t.Errorf("waiter %d release: %v", i, err)
-			}
-		})
-		// The next one arrives only once this one is in the queue.
-		st := waitWaiters(t, s, "k", i+1)
-		if st.Waiters[i].Name != "w"+strconv.Itoa(i) {
-			t.Fatalf("waiter %d is listed as %+v", i, st.Waiters[i])
-		}
-	}
+	wait := queueInOrder(t, s, "k", n)
 	// A newcomer that does not wait respects the queue too.
 	if l, h, err := s.Acquire(t.Context(), "k", claim("rude")); l != nil || err != nil || h == nil {
 		t.Fatalf("Acquire without wait past a queue = %v, %+v, %v; want busy", l, h, err)
 	}
 	mustRelease(t, first)
-	wg.Wait()
-	if overlaps.Load() != 0 {
-		t.Errorf("%d acquisitions overlapped", overlaps.Load())
-	}
-	for i, w := range order {
-		if w != i {
-			t.Fatalf("acquired in order %v, want arrival order", order)
-		}
-	}
+	wait()
 	if st := mustStatus(t, s, "k"); st.State != store.Free || len(st.Waiters) != 0 {
 		t.Errorf("after all released: %+v", st)
 	}
