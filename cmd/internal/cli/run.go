@@ -318,7 +318,10 @@ func (r *RunCmd) claim(g *Globals, tickAddr string, clock fence.Clock) (store.Cl
 // that --wait ended is a lease not acquired.
 func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, claim store.Claim, path string) (store.Lease, error) {
 	w := r.wait()
-	report := &waitReport{what: r.what(), limit: w, log: log, term: stderrTerminal(g), start: time.Now(), notify: r.waitStatus}
+	report := &waitReport{what: r.what(), limit: w, log: log, term: stderrTerminal(g), start: time.Now()}
+	if r.notified != nil {
+		report.notify = r.waitStatus // a look every notifyLook, under systemd only
+	}
 	if !w.None() {
 		var done func()
 		ctx, done = report.interruptible(ctx, &r.waitedFor)
