@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -202,14 +203,31 @@ func (s *TickServer) refuse(c *net.UnixConn, pid int, err error) {
 const (
 	maxCallers     = 16
 	callerDeadline = 2 * time.Second
+	// maxRequest bounds what is read of a tick request ("tick\n"), and
+	// maxAnswer of the holder's answer (a refusal names its reason): a peer
+	// that writes without end is hung up on (issue 26).
+	maxRequest = 64
+	maxAnswer  = 4 << 10
 )
+
+// readLine reads one line of at most max bytes from c; a longer one, or
+// none, is an error.
+func readLine(c net.Conn, max int64) (string, error) {
+	line, err := bufio.NewReader(io.LimitReader(c, max)).ReadString('\n')
+	if err == io.EOF && int64(len(line)) == max {
+		return "", errLineTooLong
+	}
+	return line, err
+}
+
+var errLineTooLong = errors.New("fence: line too long")
 
 func (s *TickServer) answer(c *net.UnixConn, onTick func(time.Time)) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(callerDeadline))
 	// Read the request before answering: closing with it unread would
 	// break the caller's write.
-	req, err := bufio.NewReader(c).ReadString('\n')
+	req, err := readLine(c, maxRequest)
 	if err != nil || strings.TrimSpace(req) != "tick" {
 		return
 	}
@@ -282,7 +300,7 @@ func SendTick(ctx context.Context, addr string) error {
 	// A refusal may come before the request is read: look for the answer
 	// even when the write fails.
 	_, werr := conn.Write([]byte("tick\n"))
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	line, err := readLine(conn, maxAnswer)
 	if err != nil {
 		if werr != nil {
 			return fmt.Errorf("fence: tick: %w", werr)

@@ -265,3 +265,35 @@ func TestCloseWaitsForTheSocketsRemoval(t *testing.T) {
 		<-done
 	}
 }
+
+// Issue 26 point 8: a process of the tree that connects and writes
+// without a newline is hung up on after a tick request's few bytes; the
+// holder once read it all (bufio's ReadString), and grew to 2 GB in 2 s.
+// Here the caller writes up to 64 MiB: the holder must stop reading (the
+// write fails) long before, within what the socket's buffers hold.
+func TestATickRequestIsBounded(t *testing.T) {
+	s, err := ListenTicks(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(func(int) bool { return true }, closed(), func(time.Time) {})
+	defer s.Close()
+	conn, err := net.Dial("unix", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(testsupport.Guard))
+	chunk := []byte(strings.Repeat("x", 64<<10))
+	written := 0
+	for written < 64<<20 {
+		n, err := conn.Write(chunk)
+		written += n
+		if err != nil {
+			break
+		}
+	}
+	if written >= 8<<20 {
+		t.Fatalf("the holder read %d bytes of one tick request without a newline", written)
+	}
+}
