@@ -63,6 +63,10 @@ func (r *RunCmd) Validate(kctx *kong.Context) error {
 	r.conflictGiven = given(kctx, "conflict-exit-code")
 	r.typedWaitWins(kctx)
 	switch {
+	case typedTimes(kctx, "key") > 1:
+		return usage("run takes one --key; it was given %d times", typedTimes(kctx, "key"))
+	case typedTimes(kctx, "resident") > 1:
+		return usage("run takes one --resident; it was given %d times", typedTimes(kctx, "resident"))
 	case r.Key == nil && r.Resident == "":
 		return usage("run needs --key KEY or --resident PATH")
 	case r.Key != nil && r.Resident != "":
@@ -139,13 +143,17 @@ func (r *RunCmd) validResident() error {
 
 // typed reports whether the flag name was given on the command line rather
 // than by its environment variable or default.
-func typed(kctx *kong.Context, name string) bool {
+func typed(kctx *kong.Context, name string) bool { return typedTimes(kctx, name) > 0 }
+
+// typedTimes is how often the flag name was typed on the command line.
+func typedTimes(kctx *kong.Context, name string) int {
+	n := 0
 	for _, p := range kctx.Path {
 		if p.Flag != nil && p.Flag.Name == name && !p.Resolved {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // given reports whether the flag name was typed or exported (its variable

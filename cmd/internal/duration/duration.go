@@ -132,7 +132,9 @@ func Parse(s string) (time.Duration, error) {
 	case strings.HasPrefix(s, "-"):
 		return 0, fmt.Errorf("%s is negative", s)
 	}
-	form := strings.TrimPrefix(s, "+")
+	// No sign: "+5" is no form flock(1) or timeout(1) users write, and
+	// taking it as 5 s would hide a typo (issue 26).
+	form := s
 	switch {
 	case bareSeconds(form):
 		form += "s"
