@@ -225,7 +225,7 @@ func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
 				settling, unsettled = true, a.c.Clock()
 			}
 			if a.c.Clock()-unsettled >= settleFor {
-				if corrupt != nil {
+				if corrupt != nil && !empty {
 					return nil, nil, corrupt // S6: never start on what cannot be read
 				}
 				if !a.c.Wait {
@@ -319,7 +319,7 @@ func (a *attempt) decide(pl payload) (time.Duration, *Refusal, error) {
 func (a *attempt) lock() (bool, error) {
 	for {
 		if a.fd < 0 {
-			fd, err := openFile(a.p.lock, unix.O_RDWR|unix.O_CREAT, false)
+			fd, err := openLock(a.p.lock)
 			if err != nil {
 				return false, fmt.Errorf("resident: %w", err)
 			}

@@ -120,6 +120,31 @@ func openFile(path string, flags int, look bool) (int, error) {
 	return d.OpenFile(name, flags)
 }
 
+// openLock opens the role's lock file for reading and writing. A missing
+// one is made first, whole, as a released role's (WriteAtomic, never
+// replacing one made meanwhile), so that no lock file fencerun makes is
+// ever empty: an empty one is corrupt (decodePayload).
+func openLock(path string) (int, error) {
+	d, name, err := openIn(path, false)
+	if err != nil {
+		return -1, err
+	}
+	defer d.Close()
+	fd, err := d.OpenFile(name, unix.O_RDWR)
+	if !errors.Is(err, os.ErrNotExist) {
+		return fd, err
+	}
+	released, err := statefs.WholeSlots(nil, 2)
+	if err != nil {
+		return -1, err
+	}
+	_, err = d.WriteAtomic(name, released, statefs.WriteOpts{Durable: true, NoReplace: true})
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, err
+	}
+	return d.OpenFile(name, unix.O_RDWR)
+}
+
 // writeFile replaces one of the role's files with data, durably
 // (statefs.WriteAtomic): no half-written file, ever (B5).
 func writeFile(path string, data []byte) error {

@@ -62,20 +62,26 @@ func (d *duration) UnmarshalText(b []byte) error {
 }
 
 // decodePayload parses a payload read from path; empty reports a file with
-// no payload in it (a released role, or one being taken). The file is two
-// slots (internal/statefs) holding the payload, or nothing for a released
-// role; a plain JSON payload, as earlier fencerun wrote, is read too.
+// no payload in it. The file is two slots (internal/statefs) holding the
+// payload, or nothing for a released role; a plain JSON payload, as
+// earlier fencerun wrote, is read too. A file of no bytes at all is never
+// fencerun's (a new lock file is made whole, as a released role: lock):
+// it is empty and corrupt both (B4), for a held lock is then someone's
+// flock(1), and an unheld one has lost whatever it named.
 func decodePayload(data []byte, path string) (p payload, empty bool, err error) {
 	if statefs.IsSlotted(data) {
 		f, err := statefs.ParseSlotted(data, path)
 		if err != nil {
 			return payload{}, false, err
 		}
-		data = f.Data
+		data = bytes.TrimSpace(f.Data)
+		if len(data) == 0 {
+			return payload{}, true, nil
+		}
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
-		return payload{}, true, nil
+		return payload{}, true, fmt.Errorf("%w: %s is empty", store.ErrCorrupt, path)
 	}
 	if err := json.Unmarshal(data, &p); err != nil {
 		return payload{}, false, fmt.Errorf("%w: %s: %v", store.ErrCorrupt, path, err)

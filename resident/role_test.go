@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -361,7 +362,7 @@ func TestReplacedLockFileLosesTheRole(t *testing.T) {
 			case "unlink":
 				os.Remove(lock)
 			case "rename over":
-				os.WriteFile(lock+".new", nil, 0o600)
+				os.WriteFile(lock+".new", released(t), 0o600)
 				os.Rename(lock+".new", lock)
 			}
 			select {
@@ -441,7 +442,7 @@ func TestForeignLockFileIsNotTrusted(t *testing.T) {
 	}
 	storePath := filepath.Join(t.TempDir(), "app.db")
 	lock := storePath + ".resident.lock"
-	os.WriteFile(lock, nil, 0o600)
+	os.WriteFile(lock, released(t), 0o600)
 	if err := os.Chown(lock, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
@@ -451,6 +452,16 @@ func TestForeignLockFileIsNotTrusted(t *testing.T) {
 	if st := mustStatus(t, storePath); st.State != store.Free {
 		t.Fatalf("status %+v", st)
 	}
+}
+
+// released is a released role's lock file, as fencerun makes a new one.
+func released(t *testing.T) []byte {
+	t.Helper()
+	b, err := statefs.WholeSlots(nil, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // emptyPayload reports whether a lock file's content is a released role's.

@@ -59,10 +59,10 @@ func Status(storePath string) (*store.Status, error) {
 		}
 		pl, empty, err := readPayload(fd, p.lock)
 		switch {
-		case errors.Is(err, store.ErrCorrupt):
+		case errors.Is(err, store.ErrCorrupt) && !empty:
 			st.State, st.Err = store.Corrupt, err
 			return st, nil
-		case err != nil:
+		case err != nil && !empty:
 			return nil, fmt.Errorf("resident: status: %w", err)
 		case empty && probes == 0:
 			continue // released since the probe? probe once more
