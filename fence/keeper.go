@@ -537,7 +537,15 @@ func (k *Keeper) Lost(ctx context.Context) bool {
 // Release waits (within ctx) for the store operation Run left in flight,
 // then releases the lease. Call it after Run returned and the command's tree
 // is gone.
-func (k *Keeper) Release(ctx context.Context) error {
+func (k *Keeper) Release(ctx context.Context) error { return k.release(ctx, k.lease.Release) }
+
+// ReleaseDone is Release with id marked done (store.Lease.ReleaseDone):
+// for a run whose command succeeded under the lease (--once).
+func (k *Keeper) ReleaseDone(ctx context.Context, id string) error {
+	return k.release(ctx, func(ctx context.Context) error { return k.lease.ReleaseDone(ctx, id) })
+}
+
+func (k *Keeper) release(ctx context.Context, release func(context.Context) error) error {
 	if k.ran.Load() {
 		select {
 		case <-k.idle:
@@ -546,7 +554,7 @@ func (k *Keeper) Release(ctx context.Context) error {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- k.lease.Release(ctx) }()
+	go func() { done <- release(ctx) }()
 	select {
 	case err := <-done:
 		return err

@@ -45,14 +45,15 @@ func newTestLease() *testLease {
 	}
 }
 
-func (l *testLease) Key() string                            { return "k" }
-func (l *testLease) Fence() uint64                          { return 7 }
-func (l *testLease) Env() []string                          { return nil }
-func (l *testLease) Predecessor() *store.Holder             { return nil }
-func (l *testLease) LeftoversStopped(context.Context) error { return nil }
-func (l *testLease) Changes() <-chan struct{}               { return l.changes }
-func (l *testLease) Release(context.Context) error          { l.released <- struct{}{}; return nil }
-func (l *testLease) Term() store.Term                       { return l.term }
+func (l *testLease) Key() string                                     { return "k" }
+func (l *testLease) Fence() uint64                                   { return 7 }
+func (l *testLease) Env() []string                                   { return nil }
+func (l *testLease) Predecessor() *store.Holder                      { return nil }
+func (l *testLease) LeftoversStopped(context.Context) error          { return nil }
+func (l *testLease) Changes() <-chan struct{}                        { return l.changes }
+func (l *testLease) Release(context.Context) error                   { l.released <- struct{}{}; return nil }
+func (l *testLease) ReleaseDone(ctx context.Context, _ string) error { return l.Release(ctx) }
+func (l *testLease) Term() store.Term                                { return l.term }
 func (l *testLease) SetCommand(_ context.Context, group, _ store.ProcessID) error {
 	l.pids <- group.ID
 	return nil

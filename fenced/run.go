@@ -74,6 +74,12 @@ type Config struct {
 	// Notify, if not nil, speaks systemd's notify protocol (N1).
 	Notify *Notify
 
+	// Once is the run's --once ID (O1), or empty. A command that exits 0
+	// under the lease marks it done as the lease is released
+	// (store.Lease.ReleaseDone); any other end leaves it open. Whether it
+	// was done already is Acquire's to find (ErrAlreadyDone).
+	Once string
+
 	TTL        time.Duration // of the lease
 	Grace      time.Duration // between the stop signal and SIGKILL
 	Timeout    time.Duration // longest run of the command; 0: none
@@ -86,16 +92,33 @@ type Config struct {
 // acquired: busy without waiting, or the wait ran out.
 var ErrNotAcquired = errors.New("fenced: lease not acquired")
 
+// ErrAlreadyDone is wrapped by Acquire's error when the run's Once ID
+// was done already (found before the lease was taken, or once it was held,
+// before any command could start): the run ends AlreadyDone.
+var ErrAlreadyDone = errors.New("fenced: already done")
+
 // NotAcquiredf is an error for Acquire to return when the lease was not
 // acquired; it wraps ErrNotAcquired and says only what format says.
 func NotAcquiredf(format string, args ...any) error {
-	return &notAcquired{msg: fmt.Sprintf(format, args...)}
+	return &endError{msg: fmt.Sprintf(format, args...), is: ErrNotAcquired}
 }
 
-type notAcquired struct{ msg string }
+// AlreadyDonef is an error for Acquire to return when the run's Once ID
+// was done already; it wraps ErrAlreadyDone and says only what format
+// says.
+func AlreadyDonef(format string, args ...any) error {
+	return &endError{msg: fmt.Sprintf(format, args...), is: ErrAlreadyDone}
+}
 
-func (e *notAcquired) Error() string        { return e.msg }
-func (e *notAcquired) Is(target error) bool { return target == ErrNotAcquired }
+// endError is an Acquire's end that is not a failure: it says only msg,
+// and is the sentinel is.
+type endError struct {
+	msg string
+	is  error
+}
+
+func (e *endError) Error() string        { return e.msg }
+func (e *endError) Is(target error) bool { return target == e.is }
 
 // errTimeout ends the run group when --timeout runs out.
 var errTimeout = errors.New("fenced: the command ran past its timeout")
@@ -131,6 +154,9 @@ const (
 	Killed
 	// Failed: fencerun itself failed (Outcome.Err).
 	Failed
+	// AlreadyDone: the run's Once ID was done already (Outcome.Err says
+	// by whom); no command ran.
+	AlreadyDone
 )
 
 // Outcome is how a run ended.
@@ -160,6 +186,8 @@ func Run(ctx context.Context, cfg Config) Outcome {
 		return Outcome{End: Interrupted, Signal: sig}
 	case errors.Is(err, ErrNotAcquired):
 		return Outcome{End: NotAcquired, Err: err}
+	case errors.Is(err, ErrAlreadyDone):
+		return Outcome{End: AlreadyDone, Err: err}
 	case err != nil:
 		return Outcome{End: Failed, Err: err}
 	}
@@ -180,6 +208,9 @@ func Run(ctx context.Context, cfg Config) Outcome {
 		log.Error("the lease was lost before the command could start; it never ran", "start_error", errtext.Sentence(out.Err))
 		out = Outcome{End: FenceBroken}
 	}
+	if cfg.Once != "" && out.succeeded() {
+		return releaseDone(relCtx, &cfg, keeper, out, log)
+	}
 	if err := keeper.Release(relCtx); err != nil {
 		// The wrapper exiting drops the kernel lock that proves it alive, so
 		// the next holder still takes over; say what was left behind.
@@ -188,6 +219,29 @@ func Run(ctx context.Context, cfg Config) Outcome {
 		log.Info("released the lease")
 	}
 	return out
+}
+
+// succeeded says whether the command exited 0 by itself, under the lease.
+func (o Outcome) succeeded() bool {
+	return o.End == Exited && o.Status.Code == 0 && o.Status.Signal == 0
+}
+
+// releaseDone releases the lease of a run whose command succeeded, with
+// its Once ID marked done (O1). A lease lost before the mark could be
+// written is a broken fence: the success does not count, the ID stays
+// open. A mark that could not be written otherwise fails the run: the
+// ID stays open, and the next run for it runs the command again.
+func releaseDone(ctx context.Context, cfg *Config, keeper *fence.Keeper, out Outcome, log hclog.Logger) Outcome {
+	err := keeper.ReleaseDone(ctx, cfg.Once)
+	switch {
+	case err == nil:
+		log.Info("released the lease; marked done", "once", cfg.Once)
+		return out
+	case errors.Is(err, store.ErrLost):
+		log.Error("the command succeeded, but the lease was lost before its success could be marked; the ID stays open", "once", cfg.Once, "error", errtext.Sentence(err))
+		return Outcome{End: FenceBroken, Status: out.Status}
+	}
+	return Outcome{End: Failed, Status: out.Status, Err: fmt.Errorf("the command succeeded, but %s could not be marked done, so the next run for it runs it again: %w", cfg.Once, err)}
 }
 
 // releaseWait bounds how long a release may take before fencerun exits

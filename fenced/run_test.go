@@ -34,6 +34,8 @@ type fakeLease struct {
 	gone     atomic.Bool   // what procGone said
 	recorded chan struct{} // if not nil, SetCommand waits until it is closed (a store that hangs)
 	hang     chan struct{} // if not nil, Renew waits until it is closed (renewals that stopped)
+	marked   string        // the ID ReleaseDone marked, read once released is closed
+	markErr  error         // what ReleaseDone returns
 }
 
 func newFakeLease(clock *fencetest.FakeClock, ttl time.Duration) *fakeLease {
@@ -72,6 +74,13 @@ func (l *fakeLease) Check(ctx context.Context) (store.Request, error) {
 	case <-ctx.Done():
 		return store.RequestNone, ctx.Err()
 	}
+}
+func (l *fakeLease) ReleaseDone(ctx context.Context, id string) error {
+	if l.markErr == nil {
+		l.marked = id
+	}
+	_ = l.Release(ctx)
+	return l.markErr
 }
 func (l *fakeLease) Release(context.Context) error {
 	if l.procGone != nil {

@@ -2,6 +2,7 @@ package resident
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -224,6 +225,12 @@ func (r *Role) Release(ctx context.Context) error {
 	go r.watch.close()
 	r.log.Debug("released the role", "fence", r.fence)
 	return err
+}
+
+// ReleaseDone is Release: a resident role has no done IDs (--once is for
+// keys, and refused with --resident), so it marks nothing and says so.
+func (r *Role) ReleaseDone(ctx context.Context, id string) error {
+	return errors.Join(r.Release(ctx), errors.New("resident: a resident role keeps no done IDs"))
 }
 
 // verify: the role is still ours while the lock path names the inode we

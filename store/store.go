@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -105,6 +106,16 @@ type Store interface {
 	// says what it removed. It never removes the state of a live holder or
 	// waiter, nor a live run's socket.
 	Prune(ctx context.Context) ([]Pruned, error)
+
+	// Done is the IDs that runs under key completed (--once, O1), newest
+	// first: at most MaxDone, each with the fence, holder and time of the
+	// run that did it. A key that has none, or no state at all, has an
+	// empty list. It never writes.
+	Done(ctx context.Context, key string) ([]Done, error)
+
+	// Reopen forgets that id was done under key (once-reset), so that the
+	// next run for it runs again. It reports whether id was done.
+	Reopen(ctx context.Context, key, id string) (bool, error)
 
 	// Close releases what the store holds open. It does not release leases.
 	Close() error
@@ -199,6 +210,13 @@ type Lease interface {
 	// removed and the next waiter served. Call it only after the command's
 	// processes are gone. Releasing a lost lease returns nil.
 	Release(ctx context.Context) error
+	// ReleaseDone is Release that also marks id done for the key (O1),
+	// in one step with the release and conditional on the lease still
+	// being held, as a renewal is: a revoked, expired or taken-over lease
+	// marks nothing and returns an error wrapping ErrLost (it is still
+	// let go). Only a run whose command succeeded under the lease calls
+	// it. The key keeps its last MaxDone marks; older ones are dropped.
+	ReleaseDone(ctx context.Context, id string) error
 }
 
 // Request is what someone asked of the holder of a lease.
@@ -357,6 +375,72 @@ type Pruned struct {
 	// of its processes were stopped.
 	HolderPID int `json:"holder_pid,omitempty"`
 	Count     int `json:"count,omitempty"`
+}
+
+// Done is one ID a run completed under a key (O1): who ran it, with which
+// fence, and when it ended.
+type Done struct {
+	ID    string    `json:"id"`
+	Fence uint64    `json:"fence"`
+	Name  string    `json:"name"`
+	PID   int       `json:"pid"`
+	Host  string    `json:"host"`
+	At    time.Time `json:"at"`
+}
+
+// MaxDone is how many done IDs a key keeps (O3): the newest.
+const MaxDone = 1000
+
+// MaxIDLen bounds an ID (--once), and maxDoneName the holder name kept with
+// a done ID: a key's done IDs stay a bounded file or etcd value.
+const (
+	MaxIDLen    = 128
+	maxDoneName = 100
+)
+
+// ValidateID checks an --once ID: 1 to MaxIDLen bytes of UTF-8 without
+// control characters or backslashes, so that log lines and status print
+// it as it is.
+func ValidateID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("the --once ID is empty")
+	case len(id) > MaxIDLen:
+		return fmt.Errorf("the --once ID is %d bytes, over the limit of %d", len(id), MaxIDLen)
+	case Printable(id) != id:
+		return fmt.Errorf("the --once ID %s holds a control character, a backslash or bytes that are not UTF-8", Printable(id))
+	}
+	return nil
+}
+
+// MarkDone is done with d added as the newest (first), any earlier mark
+// of the same ID dropped, and the list cut to MaxDone: what every
+// backend writes at ReleaseDone. The holder name is cut to a bound.
+func MarkDone(done []Done, d Done) []Done {
+	if len(d.Name) > maxDoneName {
+		d.Name = strings.ToValidUTF8(d.Name[:maxDoneName], "")
+	}
+	out := make([]Done, 0, min(len(done)+1, MaxDone))
+	out = append(out, d)
+	for _, e := range done {
+		if len(out) == MaxDone {
+			break
+		}
+		if e.ID != d.ID {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// FindDone is the mark of id in done, or nil.
+func FindDone(done []Done, id string) *Done {
+	for i := range done {
+		if done[i].ID == id {
+			return &done[i]
+		}
+	}
+	return nil
 }
 
 // Key rules (B1).

@@ -318,7 +318,10 @@ func (l *Lease) LeftoversStopped(ctx context.Context) error {
 // waited for, 8 of 20 leases outlived a run that exited at once, until
 // their TTL. A lost lease only has its leftover record deleted: its
 // command's tree is gone, or Release would not be called.
-func (l *Lease) Release(ctx context.Context) error {
+func (l *Lease) Release(ctx context.Context) error { return l.release(ctx, "") }
+
+// release is Release, and with id not empty ReleaseDone (once.go).
+func (l *Lease) release(ctx context.Context, id string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released {
@@ -333,12 +336,19 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.cmdTimer.Stop()
 	}
 	l.stopWatch()
-	octx, cancel := l.s.op(ctx)
-	defer cancel()
 	own := clientv3.OpDelete(leftoverKey(l.key, l.id))
-	_, err := l.s.c.Txn(octx).If(l.mine()).
-		Then(clientv3.OpDelete(l.myKey), clientv3.OpDelete(descKey(l.id)), clientv3.OpDelete(cancelKey(l.id)), own).
-		Else(own).Commit()
+	dels := []clientv3.Op{clientv3.OpDelete(l.myKey), clientv3.OpDelete(descKey(l.id)), clientv3.OpDelete(cancelKey(l.id)), own}
+	var err error
+	if id != "" {
+		err = l.releaseDone(ctx, id, dels, own)
+	} else {
+		octx, cancel := l.s.op(ctx)
+		_, err = l.s.c.Txn(octx).If(l.mine()).Then(dels...).Else(own).Commit()
+		cancel()
+		if err != nil {
+			err = l.s.fail("release "+l.myKey, err)
+		}
+	}
 	// A call of its own: a transaction that ran out of time leaves the
 	// revoke its own, which deletes the keys on the lease.
 	rctx, rcancel := l.s.op(ctx)
@@ -350,7 +360,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.s.log.Debug("could not revoke a released lease; it expires by itself", "lease", leaseHex(l.id), "error", rerr)
 	}
 	if err != nil {
-		return l.s.fail("release "+l.myKey, err)
+		return err
 	}
 	l.s.log.Debug("released", "key", l.key, "fence", l.rev)
 	return nil

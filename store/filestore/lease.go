@@ -370,7 +370,11 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 // record as soon as the guard is let go. A revoked holder acknowledges its
 // revocation the same way, which tells the next holder there is nothing of
 // it left to stop. Releasing a lost lease only drops the lock.
-func (l *Lease) Release(ctx context.Context) error {
+func (l *Lease) Release(ctx context.Context) error { return l.release(ctx, "") }
+
+// release is Release, and with id not empty ReleaseDone: the mark goes
+// first, under the same guard (once.go).
+func (l *Lease) release(ctx context.Context, id string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released {
@@ -397,7 +401,10 @@ func (l *Lease) Release(ctx context.Context) error {
 		return err
 	}
 	rec, cur, err := readRecord(l.kd)
-	var werr error
+	var werr, lost error
+	if id != "" {
+		lost = l.markDone(id, rec, err)
+	}
 	switch {
 	case err != nil:
 		l.s.log.Warn("releasing a lease whose record cannot be read", "key", l.key, "error", err)
@@ -413,5 +420,5 @@ func (l *Lease) Release(ctx context.Context) error {
 	unix.Close(l.live)
 	unix.Close(g)
 	l.s.log.Debug("released", "key", l.key, "fence", l.fence)
-	return werr
+	return errors.Join(lost, werr)
 }

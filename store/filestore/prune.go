@@ -10,10 +10,11 @@ import (
 )
 
 // Prune removes a free key's directory: fences come from the store's
-// counter (internal/statefs), so nothing in it is worth keeping. It does
-// so under the key's guard, held exclusively, and only when nobody holds
-// the key (live is not locked), nobody waits for it (no live queue entry)
-// and no dead holder's tree may still need stopping (no predecessor, no
+// counter (internal/statefs), so nothing in it is worth keeping, unless
+// the key has done IDs (once.go), which are kept with it. It does so under
+// the key's guard, held exclusively, and only when nobody holds the key
+// (live is not locked), nobody waits for it (no live queue entry) and no
+// dead holder's tree may still need stopping (no predecessor, no
 // leftovers). Its files go first, the guard last, then the directory.
 
 // removeFree removes the directory of a free key, which the caller has
@@ -30,6 +31,8 @@ func (s *Store) removeFree(key string, kd dir) (bool, error) {
 			strings.HasPrefix(name, statefs.TempPrefix), isNotifyName(name):
 		case name == guardFile, name == queueDir:
 			continue
+		case name == doneFile:
+			return false, nil // its done IDs are kept (O3)
 		default:
 			s.log.Debug("keeping a key directory with a name that is not ours", "path", kd.Join(name))
 			return false, nil

@@ -32,8 +32,9 @@ const (
 // runExit maps how a run ended to fencerun's exit: an error carrying the
 // code, and what to say when there is something to say. A cause set by
 // fencerun wins over the status the stopped command died with. conflict
-// is -E's code for a lease not acquired.
-func runExit(o fenced.Outcome, conflict int) error {
+// is -E's code for a lease not acquired, onceExit --once-exit's for an ID
+// done already.
+func runExit(o fenced.Outcome, conflict, onceExit int) error {
 	switch o.End {
 	case fenced.Exited:
 		if o.Status.Signal != 0 {
@@ -46,6 +47,10 @@ func runExit(o fenced.Outcome, conflict int) error {
 		return &expectedError{code: exitSignal + int(o.Signal), err: fmt.Errorf("interrupted by %s", unix.SignalName(o.Signal))}
 	case fenced.NotAcquired:
 		return &expectedError{code: conflict, err: o.Err}
+	case fenced.AlreadyDone:
+		// Someone did it: one info line, silent at the default level, so
+		// that cron mails nothing (O1).
+		return &expectedError{code: onceExit, info: true, err: o.Err}
 	case fenced.NotStarted:
 		return notStarted(o.Err)
 	case fenced.FenceBroken:
@@ -96,7 +101,10 @@ func exitOf(err error, log hclog.Logger) int {
 	if errors.As(err, &expected) {
 		// Not a failure (cron mails every line): one warn line, and none
 		// when -E chose what a conflict means.
-		if !expected.silent {
+		switch {
+		case expected.info:
+			log.Info(errtext.Sentence(err))
+		case !expected.silent:
 			log.Warn(errtext.Sentence(err))
 		}
 		return expected.code
@@ -127,6 +135,7 @@ func (e *exitError) ExitCode() int { return e.code }
 type expectedError struct {
 	code   int
 	silent bool
+	info   bool // logged at info, not warn: an --once ID done already
 	err    error
 }
 

@@ -37,7 +37,7 @@ func TestRunExit(t *testing.T) {
 		{"failed", fenced.Outcome{End: fenced.Failed, Err: errors.New("disk full")}, 75, 125, "disk full"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := runExit(tc.out, tc.conflict)
+			err := runExit(tc.out, tc.conflict, 0)
 			var coded interface{ ExitCode() int }
 			if !errors.As(err, &coded) || coded.ExitCode() != tc.code {
 				t.Fatalf("runExit = %v, want exit %d", err, tc.code)

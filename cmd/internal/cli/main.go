@@ -58,6 +58,7 @@ type CLI struct {
 	Metrics    MetricsCmd    `cmd:"" help:"Print the Prometheus text exposition of every key and resident store (N3)."`
 	Completion CompletionCmd `cmd:"" help:"Print a completion script for bash, zsh or fish."`
 	Man        ManCmd        `cmd:"" hidden:"" help:"Print the manual page fencerun(1) in roff (just man writes docs/fencerun.1)."`
+	OnceReset  OnceResetCmd  `cmd:"" name:"once-reset" help:"Reopen a done --once ID (--force): the next run for it runs its command again."`
 }
 
 // etcdBackend is the etcd backend as this binary has it.

@@ -43,6 +43,9 @@ type RunCmd struct {
 	Build        string         `placeholder:"PATH" help:"Resident: the file whose identity is the build, for interpreted workers (the script of python3 worker.py). Only a build of the same path can take the role over by handover."`
 	Cgroup       string         `enum:"auto,require,off" default:"auto" help:"auto: run the command in a cgroup of its own where a writable cgroup v2 hierarchy exists (root, or a systemd-delegated subtree), so that its whole tree is found and killed exactly; require: exit 125 where none does; off: find the tree among fencerun's descendants."`
 	Ready        string         `enum:"start,command" default:"start" help:"Under systemd's notify protocol (Type=notify, NOTIFY_SOCKET set): start says READY=1 once the command started under the lease; command leaves READY=1 to the command, which gets a NOTIFY_SOCKET of fencerun's and whose messages fencerun relays from its own pid (NotifyAccess=main works), MAINPID excepted. The status says the holder and position while waiting, the lease once held, and STOPPING=1 with the reason when the lease is lost. With WatchdogSec=, the watchdog is fed only while the lease is renewed (and, with command, as the command feeds it)."`
+	Once         string         `placeholder:"ID" help:"Run the command to success at most once per key and ID, across every host and user sharing the store: a run that finds ID done exits 0 (see --once-exit) without running or waiting; only an exit 0 under the lease marks it done. The command gets FENCERUN_ONCE=ID."`
+	OncePer      time.Duration  `placeholder:"D" help:"--once with the UTC start of the current period of D as the ID (floor(unix seconds / D) * D, in RFC 3339): for a cron entry on several hosts that must run once per period. A host whose clock is off by more than the cron jitter may compute a neighbouring period; give --once from the scheduler's time where that matters."`
+	OnceExit     int            `placeholder:"N" default:"0" help:"Exit code of a run whose --once ID was done already."`
 
 	Command []string `arg:"" optional:"" passthrough:"partial" help:"The command and its arguments, after --."`
 
@@ -52,6 +55,7 @@ type RunCmd struct {
 
 	conflictGiven bool   // -E typed or exported: a conflict is the caller's to report
 	waitedFor     string // what the wait was waiting for when a signal ended it
+	onceFor       string // the run's --once ID (onceID at its start), or empty
 	acquired      bool   // the lease was taken
 }
 
@@ -98,6 +102,9 @@ func (r *RunCmd) Validate(kctx *kong.Context) error {
 		return usage("%v", err)
 	}
 	if err := r.validResident(); err != nil {
+		return err
+	}
+	if err := r.validOnce(kctx); err != nil {
 		return err
 	}
 	if r.Key != nil {
@@ -198,6 +205,7 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	// Every line of a run names its key or store (and, from the lease on,
 	// its fence).
 	log := g.log.With("key", deref(r.Key))
+	r.onceFor = r.onceID(time.Now())
 	if r.Resident != "" {
 		log = g.log.With("store", r.Resident)
 	}
@@ -259,7 +267,7 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 			_, elsewhere, err := supervisor.StopTrees(ctx, trees, supervisor.StopConfig{StopSignal: stopSig, Grace: r.Grace, Logger: log.Named("supervisor"), Clock: clock})
 			return elsewhere, err
 		},
-		Signals: sigs, Ticks: ticks, Notify: r.notified,
+		Signals: sigs, Ticks: ticks, Notify: r.notified, Once: r.onceFor,
 		TTL: r.TTL, Grace: r.Grace, Timeout: r.Timeout, StuckAfter: r.stuckAfter(),
 		Clock: clock, Logger: log,
 	}
@@ -268,7 +276,7 @@ func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path st
 // exit is runExit, with what only this run knows: whether -E chose what a
 // conflict means, and what an interrupted wait was waiting for.
 func (r *RunCmd) exit(out fenced.Outcome) error {
-	err := runExit(out, r.ConflictExit)
+	err := runExit(out, r.ConflictExit, r.OnceExit)
 	var expected *expectedError
 	if errors.As(err, &expected) {
 		switch {
@@ -359,7 +367,11 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 		if !w.None() {
 			startWaitReport(report)
 		}
-		lease, err = r.acquireKey(ctx, st, claim, report)
+		if r.onceFor != "" {
+			lease, err = r.acquireOnce(ctx, st, claim, report)
+		} else {
+			lease, err = r.acquireKey(ctx, st, claim, report)
+		}
 	}
 	report.end()
 	if lease != nil {
@@ -400,6 +412,9 @@ func (r *RunCmd) commandEnv(lease store.Lease, marker string) []string {
 		env = append(env, "FENCERUN_KEY="+lease.Key())
 	}
 	env = append(env, "FENCERUN_FENCE="+strconv.FormatUint(lease.Fence(), 10))
+	if r.onceFor != "" {
+		env = append(env, "FENCERUN_ONCE="+r.onceFor)
+	}
 	return append(append(env, lease.Env()...), marker)
 }
 
@@ -464,7 +479,7 @@ func withoutFencerunVars(env []string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "FENCERUN_KEY", "FENCERUN_RESIDENT", "FENCERUN_FENCE", "FENCERUN_TICK", "ETCD_LOCK_KEY", "ETCD_LOCK_REV":
+		case "FENCERUN_KEY", "FENCERUN_RESIDENT", "FENCERUN_FENCE", "FENCERUN_TICK", "FENCERUN_ONCE", "ETCD_LOCK_KEY", "ETCD_LOCK_REV":
 			continue
 		}
 		out = append(out, kv)

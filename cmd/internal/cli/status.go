@@ -20,7 +20,7 @@ import (
 type StatusCmd struct {
 	Key      string `arg:"" optional:"" predictor:"key" help:"The key to show."`
 	Resident string `placeholder:"PATH" help:"Show the resident role of the store file PATH instead of a key."`
-	JSON     bool   `name:"json" help:"Print one JSON object: key or store, state, holder (or null), waiters."`
+	JSON     bool   `name:"json" help:"Print one JSON object: key or store, state, holder (or null), waiters, and the key's done --once IDs (done, newest first)."`
 	ExitCode bool   `help:"Exit 0 when held, 3 when free, 4 when expired, 5 when corrupt."`
 }
 
@@ -39,7 +39,11 @@ func (s *StatusCmd) Validate() error {
 
 // Run prints the status.
 func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
-	var st *store.Status
+	var (
+		st      *store.Status
+		done    []store.Done
+		doneErr error
+	)
 	if s.Resident != "" {
 		var err error
 		if st, err = residentStatus(s.Resident); err != nil {
@@ -57,6 +61,7 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		default:
 			defer backend.Close()
 			st, err = backend.Status(ctx, s.Key)
+			done, doneErr = backend.Done(ctx, s.Key)
 		}
 		if err != nil {
 			if !errors.Is(err, store.ErrCorrupt) && !errors.Is(err, store.ErrUnsafe) {
@@ -66,12 +71,17 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	v := view(*st)
+	v.Done = done
 	if s.JSON {
 		if err := writeJSON(os.Stdout, v); err != nil {
 			return err
 		}
 	} else {
 		printStatus(os.Stdout, v, time.Now())
+		printDone(os.Stdout, done, time.Now())
+	}
+	if doneErr != nil && st.State != store.Corrupt {
+		return fail(exitFailed, "%v", doneErr)
 	}
 	if s.ExitCode {
 		return statusExit(st.State)
@@ -180,6 +190,8 @@ type statusView struct {
 	Waiters   []waiterView   `json:"waiters"`
 	Error     string         `json:"error,omitempty"`
 	Leftovers *leftoversView `json:"leftovers,omitempty"`
+	// Done is a key's done --once IDs, newest first (status only).
+	Done []store.Done `json:"done,omitempty"`
 }
 
 // waiterView is a waiter as JSON shows it: queued since, never "acquired".

@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/fencerun/fencerun/fenced"
+	"github.com/fencerun/fencerun/store"
+)
+
+// Once per ID (O1, O2). A run with --once ID (or --once-per D, whose ID
+// is the start of the current period) looks for ID among the key's done
+// IDs twice: before it takes the lease, so that a run that finds it done
+// neither runs nor waits, and once it holds the lease, before its command
+// can start, so that a run that waited behind the one that did it gives
+// up as soon as its turn comes (the mark is written with that holder's
+// release, before anyone can take the lease after it). Only a command that
+// exits 0 under the lease marks ID done (package fenced).
+
+// validOnce checks --once, --once-per and --once-exit.
+func (r *RunCmd) validOnce(kctx *kong.Context) error {
+	switch {
+	case r.Once != "" && r.OncePer != 0:
+		return usage("--once and --once-per contradict each other: --once-per makes the ID itself")
+	case r.OncePer < 0:
+		return usage("--once-per %v is negative", r.OncePer)
+	case r.OncePer != 0 && (r.OncePer < time.Second || r.OncePer%time.Second != 0):
+		return usage("--once-per %v is not a whole number of seconds of at least 1s", r.OncePer)
+	case r.OnceExit < 0 || r.OnceExit > 255:
+		return usage("--once-exit %d is not an exit code (0 to 255)", r.OnceExit)
+	case r.Once == "" && r.OncePer == 0:
+		if typed(kctx, "once-exit") {
+			return usage("--once-exit says how a run whose ID is done exits; it goes with --once or --once-per")
+		}
+		return nil
+	case r.Resident != "":
+		return usage("--once and --once-per are for keys: a resident role keeps no done IDs")
+	}
+	if r.Once != "" {
+		if err := store.ValidateID(r.Once); err != nil {
+			return usage("%v", err)
+		}
+	}
+	return nil
+}
+
+// onceID is the run's ID at now: --once's, or the UTC start of --once-per's
+// current period, floor(unix seconds / D) * D, in RFC 3339; empty without
+// either.
+func (r *RunCmd) onceID(now time.Time) string {
+	if r.OncePer == 0 {
+		return r.Once
+	}
+	per := int64(r.OncePer / time.Second)
+	return time.Unix(now.Unix()/per*per, 0).UTC().Format(time.RFC3339)
+}
+
+// checkDone returns an error wrapping fenced.ErrAlreadyDone, saying who
+// did it, when ID is among key's done IDs; nil when it is not, or without
+// an ID.
+func (r *RunCmd) checkDone(ctx context.Context, st store.Store) error {
+	if r.onceFor == "" {
+		return nil
+	}
+	done, err := st.Done(ctx, *r.Key)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	d := store.FindDone(done, r.onceFor)
+	if d == nil {
+		return nil
+	}
+	return fenced.AlreadyDonef("%s of %s was done by %s at %s with fence %d; not running it again",
+		r.onceFor, *r.Key, who(&store.Holder{Name: d.Name, PID: d.PID, Host: d.Host}), d.At.Format(time.RFC3339), d.Fence)
+}
+
+// acquireOnce is acquireKey for a run with an ID: it looks for the ID
+// before it takes the lease and again once it holds it (see above). A
+// lease found with the ID done is given back at once: its predecessors'
+// leftovers, not stopped, stay with the key for the next holder.
+func (r *RunCmd) acquireOnce(ctx context.Context, st store.Store, claim store.Claim, report *waitReport) (store.Lease, error) {
+	if err := r.checkDone(ctx, st); err != nil {
+		return nil, err
+	}
+	lease, err := r.acquireKey(ctx, st, claim, report)
+	if lease == nil {
+		return nil, err
+	}
+	if err := r.checkDone(ctx, st); err != nil {
+		return nil, errors.Join(err, lease.Release(ctx))
+	}
+	return lease, nil
+}
+
+// OnceResetCmd is `fencerun once-reset KEY ID --force`.
+type OnceResetCmd struct {
+	Key   string `arg:"" predictor:"key" help:"The key."`
+	ID    string `arg:"" name:"id" help:"The done ID to reopen (as status shows it)."`
+	Force bool   `env:"-" help:"Required: reopen the ID, so that the next run for it runs its command again."`
+}
+
+// Validate requires --force: a reopened ID runs its command again.
+func (c *OnceResetCmd) Validate() error {
+	if !c.Force {
+		return usage("once-reset makes the next run for %s run its command again; say --force to do it", store.Printable(c.ID))
+	}
+	if err := validKey(c.Key); err != nil {
+		return err
+	}
+	if err := store.ValidateID(c.ID); err != nil {
+		return usage("%v", err)
+	}
+	return nil
+}
+
+// Run reopens the ID.
+func (c *OnceResetCmd) Run(ctx context.Context, g *Globals) error {
+	backend, err := g.openStore(false)
+	var missing *noState
+	if errors.As(err, &missing) {
+		fmt.Printf("%s of %s was not done: nothing to reopen (no state root at %s)\n", c.ID, c.Key, missing.root)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	had, err := backend.Reopen(ctx, c.Key, c.ID)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	if !had {
+		fmt.Printf("%s of %s was not done: nothing to reopen\n", c.ID, c.Key)
+		return nil
+	}
+	fmt.Printf("reopened %s of %s: the next run for it runs its command\n", c.ID, c.Key)
+	return nil
+}
+
+// shownDone is how many done IDs status prints as text; --json gives all.
+const shownDone = 10
+
+// printDone prints a key's done IDs, newest first, after its status.
+func printDone(w io.Writer, done []store.Done, now time.Time) {
+	if len(done) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "done:     %d IDs, newest first\n", len(done))
+	for i, d := range done {
+		if i == shownDone {
+			fmt.Fprintf(w, "  ... %d more (status --json lists them all)\n", len(done)-shownDone)
+			break
+		}
+		fmt.Fprintf(w, "  %s  fence %d, %s, at %s (%s)\n", store.Printable(d.ID), d.Fence,
+			who(&store.Holder{Name: d.Name, PID: d.PID, Host: d.Host}), d.At.Format(time.RFC3339), ago(d.At, now))
+	}
+}
