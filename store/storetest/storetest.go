@@ -62,6 +62,10 @@ func Run(t *testing.T, b Backend) {
 		{"CancelledWaitLeavesNoEntry", testCancelledWait},
 		{"StatusListPruneShapes", testShapes},
 		{"LeftoversHandedOn", testLeftoversHandedOn},
+		{"OnceMarkedWithTheRelease", testOnceMarkedWithTheRelease},
+		{"OnceRevokedMarksNothing", testOnceRevokedMarksNothing},
+		{"OnceReopen", testOnceReopen},
+		{"OncePruneKeeps", testOncePruneKeeps},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {

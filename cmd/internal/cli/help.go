@@ -13,6 +13,8 @@ The lease is renewed every TTL/3. If it is revoked (release --force), taken over
 
 COMMAND runs in its own process group with its stdin, stdout and stderr untouched; fencerun is its child subreaper, so descendants that call setsid or double-fork are stopped too. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH are forwarded to the group; a signal while waiting ends the wait (exit 128+N). COMMAND gets FENCERUN_KEY or FENCERUN_RESIDENT, FENCERUN_FENCE (a fencing token greater than every earlier one) and FENCERUN_TICK (for 'fencerun tick').
 
+With --once ID, COMMAND runs to success at most once per KEY and ID, across every host and user sharing the store: a run that finds ID done exits 0 (or --once-exit N) at once, without running or waiting, with one info line naming who did it; only an exit 0 while the lease is held marks ID done, with the release, so a failed, timed-out, cancelled or revoked run leaves it for the next run. A waiter whose ID was done meanwhile gives up when its turn comes. --once-per D makes the ID the UTC start of the current period of D. COMMAND gets FENCERUN_ONCE=ID.
+
 Exit codes: COMMAND's own, or 128+N if it died of signal N; 75 not acquired; 76 fence broken; 77 cancelled or handed over; 78 stuck; 124 --timeout; 125 fencerun failed; 126 not executable; 127 not found.`
 }
 
@@ -77,6 +79,8 @@ func (RunCmd) Examples() string {
   fencerun run --key deploy:staging --wait 10m --reason "release 1.4" -- ./deploy.sh staging
   # cron: skip a run while the previous one still runs; -E 0 makes that a silent success
   */5 * * * * /usr/local/bin/fencerun run --key reports -n -E 0 --timeout 4m30s -- /usr/local/bin/build-reports
+  # cron on three hosts: the report runs once an hour, by whichever host comes first
+  */5 * * * * /usr/local/bin/fencerun --etcd http://etcd1:2379 run --key reports --once-per 1h -- /usr/local/bin/build-reports
   # systemd: a worker that never runs twice on this host
   ExecStart=/usr/local/bin/fencerun run --key worker:mail --ttl 15s --grace 20s -- /usr/local/bin/mail-worker
   # CI: serialise jobs that share a database on one runner

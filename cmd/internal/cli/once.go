@@ -160,3 +160,19 @@ func printDone(w io.Writer, done []store.Done, now time.Time) {
 			who(&store.Holder{Name: d.Name, PID: d.PID, Host: d.Host}), d.At.Format(time.RFC3339), ago(d.At, now))
 	}
 }
+
+// Help explains once-reset.
+func (OnceResetCmd) Help() string {
+	return `Reopens ID of KEY, an ID that a run with --once ID (or --once-per) completed: the next run for it, on any host sharing the store, runs its command again. --force is required, because a reopened ID runs its command again. status KEY lists the done IDs (the last 1,000 per key are kept). Reopening an ID that is not done succeeds and says so.`
+}
+
+// Usage of once-reset.
+func (OnceResetCmd) Usage() string { return "once-reset KEY ID --force" }
+
+// Examples of once-reset.
+func (OnceResetCmd) Examples() string {
+	return `  fencerun status reports
+  # run the report of that hour again at the next cron run
+  fencerun once-reset reports 2026-12-04T21:00:00Z --force
+`
+}
