@@ -50,6 +50,11 @@ chaos minutes="5":
 waiters count="1000":
     FENCERUN_WAITERS={{count}} go test -count=1 -run 'TestManyWaitersInArrivalOrder' -timeout 0 ./integration/
 
+# --once-per across many periods (3 in the default suite): three runs per
+# 2 s period on the file backend and on etcd, one success each.
+once-soak periods="30":
+    FENCERUN_ONCE_PERIODS={{periods}} go test -race -count=1 -run 'TestOncePerPeriodConcurrent' -v -timeout 0 ./integration/...
+
 # Benchmarks: fencerun against flock(1), and fencerun --etcd against etcdctl lock on an etcd
 # server of its own (docs/CONTRACT.md P1-P7), the store's Go benchmarks included; rewrites
 # BENCHMARKS.md. Flags pass through: just bench -bench-count 6; just bench -only p7 (prints only)
