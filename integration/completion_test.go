@@ -7,7 +7,8 @@ import (
 
 // The bash completion script at work in an interactive bash on a pty, as a
 // user presses Tab: a command, and a key with a colon in it, which bash
-// would otherwise split into two words (deploy:deploy:staging).
+// would otherwise split into two words (deploy:deploy:staging), with the
+// shell's COMP_WORDBREAKS left as it was.
 func TestCompletionInBash(t *testing.T) {
 	t.Parallel()
 	s := newSandbox(t)
@@ -23,6 +24,10 @@ func TestCompletionInBash(t *testing.T) {
 	}
 	write("source <(fencerun completion bash); echo sourced-$((6*7))\n")
 	p.waitOutput("sourced-42")
+	// The script leaves the shell's word breaks alone: other commands'
+	// completions (scp host:path) still split at colons.
+	write("[[ $COMP_WORDBREAKS == *:* ]] && echo colon-$((6*7))\n")
+	p.waitOutput("colon-42")
 
 	write("fencerun sta\t")
 	p.waitOutput("fencerun status ")

@@ -603,7 +603,7 @@ func TestEtcdBadClusters(t *testing.T) {
 		c := exec.Command(lone, "--etcd", "http://127.0.0.1:1", "run", "--key", "k", "--", "true")
 		c.Env = append(os.Environ(), "PATH=/usr/bin:/bin")
 		out, err := c.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 125 || !strings.Contains(string(out), "go install github.com/fencerun/fencerun/cmd/fencerun-etcd") {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 125 || !strings.Contains(string(out), "from a clone of fencerun, go install ./cmd/...") {
 			t.Errorf("without fencerun-etcd: %v\n%s", err, out)
 		}
 	})

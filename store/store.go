@@ -452,6 +452,8 @@ func ValidateKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: key is empty", ErrInvalidKey)
+	case !ascii(key):
+		return fmt.Errorf("%w: key %q is not ASCII: keys are ASCII letters, digits and . _ - : /", ErrInvalidKey, key)
 	case len(key) > MaxKeyLen:
 		return fmt.Errorf("%w: key %q is %d bytes, over the limit of %d", ErrInvalidKey, key, len(key), MaxKeyLen)
 	case !isAlnum(key[0]):
@@ -464,6 +466,15 @@ func ValidateKey(key string) error {
 		}
 	}
 	return nil
+}
+
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func isAlnum(c byte) bool {

@@ -46,16 +46,34 @@ func (CompletionCmd) Examples() string {
 
 // Run prints the script for the shell.
 func (c *CompletionCmd) Run(kctx *kong.Context) error {
-	if err := (&kongcompletion.Completion{Shell: c.Shell, Code: true}).Run(kctx); err != nil {
-		return err
-	}
 	if c.Shell == "bash" {
-		// Bash splits words at colons by default, so deploy:st would
-		// complete to deploy:deploy:staging (as npm's script, drop it).
-		fmt.Fprintln(kctx.Stdout, "# keys hold colons (deploy:staging): complete them as one word\nCOMP_WORDBREAKS=${COMP_WORDBREAKS//:}")
+		self, err := os.Executable()
+		if err != nil {
+			return fail(exitFailed, "completion: %v", err)
+		}
+		fmt.Fprintf(kctx.Stdout, bashCompletion, "'"+strings.ReplaceAll(self, "'", `'\''`)+"'")
+		return nil
 	}
-	return nil
+	return (&kongcompletion.Completion{Shell: c.Shell, Code: true}).Run(kctx)
 }
+
+// bashCompletion asks fencerun (%s, its quoted path) for the answers, as
+// kong-completion's `complete -C` would, from a function: keys hold colons
+// (deploy:staging), at which bash splits words, so that the answers are
+// trimmed of what precedes the word's last colon, as bash-completion's
+// __ltrim_colon_completions trims them, and COMP_WORDBREAKS stays as the
+// shell has it.
+const bashCompletion = `_fencerun() {
+	local IFS=$'\n' cur=${COMP_LINE:0:COMP_POINT}
+	cur=${cur##*[[:space:]]}
+	COMPREPLY=($(COMP_LINE=$COMP_LINE COMP_POINT=$COMP_POINT %s))
+	if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then
+		local colon=${cur%%"${cur##*:}"}
+		COMPREPLY=("${COMPREPLY[@]#"$colon"}")
+	fi
+}
+complete -o default -o bashdefault -F _fencerun fencerun
+`
 
 // answerCompletion answers the shell's completion request in COMP_LINE and
 // returns the exit code.

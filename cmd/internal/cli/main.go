@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -100,7 +101,7 @@ func Main(args []string, etcd Etcd) int {
 		return exit
 	}
 	if err != nil {
-		return parseFailed(err, parser, early, log)
+		return parseFailed(err, args, parser, early, log)
 	}
 	if cli.Etcd != "" || etcdFlagGiven(kctx) {
 		// An --etcd given empty (--etcd "$UNSET") is refused with the
@@ -112,6 +113,10 @@ func Main(args []string, etcd Etcd) int {
 		}
 	}
 	cli.log = newLogger(logOptions{level: cli.LogLevel, json: cli.LogFormat == "json", quiet: cli.Quiet})
+	if err := cli.absDir(); err != nil {
+		cli.log.Error(err.Error())
+		return exitFailed
+	}
 	ctx := context.Background()
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	kctx.Bind(parser)
@@ -125,6 +130,22 @@ func Main(args []string, etcd Etcd) int {
 		return exit
 	}
 	return exitOf(err, cli.log)
+}
+
+// absDir resolves a relative --dir against the working directory, once,
+// and says so: the state root names the lock space, and a relative one
+// would name another in every directory the same command line runs in.
+func (g *Globals) absDir() error {
+	if g.Dir == "" || filepath.IsAbs(g.Dir) {
+		return nil
+	}
+	abs, err := filepath.Abs(g.Dir)
+	if err != nil {
+		return fmt.Errorf("--dir %s: %w", g.Dir, err)
+	}
+	g.log.Warn(fmt.Sprintf("note: --dir %s is relative; using %s (a relative --dir names another state root in each working directory)", g.Dir, abs))
+	g.Dir = abs
+	return nil
 }
 
 // hideEnclosingLease: inside a fenced command, FENCERUN_KEY and
@@ -141,7 +162,7 @@ func hideEnclosingLease() {
 
 // parseFailed reports a command line kong could not parse: the usage for
 // a missing command, else the error (125).
-func parseFailed(err error, parser *kong.Kong, early logOptions, log hclog.Logger) int {
+func parseFailed(err error, args []string, parser *kong.Kong, early logOptions, log hclog.Logger) int {
 	var perr *kong.ParseError
 	if errors.As(err, &perr) && perr.Context != nil && perr.Context.Selected() == nil && noCommand(perr) {
 		return bare(parser, early)
@@ -152,8 +173,34 @@ func parseFailed(err error, parser *kong.Kong, early logOptions, log hclog.Logge
 	if errors.As(err, &ours) {
 		err = ours
 	}
+	if name := singleDash(args, parser); name != "" {
+		// -key reads as -k -e -y, and kong's suggestion would be short
+		// flags.
+		err = fmt.Errorf("unknown flag -%s: long flags take two dashes: --%s", name, name)
+	}
 	log.Error(err.Error() + hint(perr))
 	return exitFailed
+}
+
+// singleDash is the name of a long flag typed with one dash before the
+// command's --, as -key for --key: "" when there is none.
+func singleDash(args []string, k *kong.Kong) string {
+	long := map[string]bool{}
+	kong.Visit(k.Model, func(n kong.Visitable, next kong.Next) error {
+		if f, ok := n.(*kong.Flag); ok && len(f.Name) > 1 {
+			long[f.Name] = true
+		}
+		return next(nil)
+	})
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if name, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "="); len(a) > 2 && a[0] == '-' && a[1] != '-' && long[name] {
+			return name
+		}
+	}
+	return ""
 }
 
 // etcdFlagGiven says whether --etcd is on the command line, whatever its
@@ -203,6 +250,10 @@ func parserOptions(exit func(int)) []kong.Option {
 // at most a year (package duration).
 var durationMapper = kong.MapperFunc(func(ctx *kong.DecodeContext, target reflect.Value) error {
 	var s string
+	if v := fmt.Sprint(ctx.Scan.Peek().Value); len(v) > 1 && v[0] == '-' && strings.ContainsAny(v[1:2], "0123456789.") {
+		// -1 reads as a short flag, and kong would suggest --timeout="-1".
+		return fmt.Errorf("%s: durations are not negative", v)
+	}
 	if err := ctx.Scan.PopValueInto("duration", &s); err != nil {
 		return err
 	}

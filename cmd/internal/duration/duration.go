@@ -130,7 +130,7 @@ func Parse(s string) (time.Duration, error) {
 	case s == "forever":
 		return 0, errors.New(`"forever" is only for a wait: give ` + forms)
 	case strings.HasPrefix(s, "-"):
-		return 0, fmt.Errorf("%s is negative", s)
+		return 0, fmt.Errorf("%s: durations are not negative", s)
 	}
 	// No sign: "+5" is no form flock(1) or timeout(1) users write, and
 	// taking it as 5 s would hide a typo (issue 26).

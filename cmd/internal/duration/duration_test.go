@@ -34,7 +34,7 @@ func TestDuration(t *testing.T) {
 		{in: "2562047h47m", err: "over the limit of a year"}, // fits a time.Duration
 		{in: "2562048h", err: "over the limit of a year"},    // does not
 		{in: "99999999999999999999", err: "over the limit of a year"},
-		{in: "-1", err: "-1 is negative"},
+		{in: "-1", err: "-1: durations are not negative"},
 		{in: "-5s", err: "negative"},
 		{in: "", err: "empty duration"},
 		{in: "forever", err: `"forever" is only for a wait`},

@@ -75,6 +75,6 @@ func Find() (string, error) {
 		where = "in " + filepath.Dir(self)
 	}
 	return "", fmt.Errorf("--etcd needs the etcd backend, which is the separate binary %s; it is neither %s nor in PATH. "+
-		"Install it beside fencerun: go install github.com/fencerun/fencerun/cmd/fencerun-etcd@latest, or just build (bin/%s), or the release archive's %s",
-		Helper, where, Helper, Helper)
+		"Install it beside fencerun: from a clone of fencerun, go install ./cmd/... (both binaries), or just build (bin/%s)",
+		Helper, where, Helper)
 }

@@ -44,7 +44,7 @@ func TestFind(t *testing.T) {
 	}
 	inPath := t.TempDir()
 	t.Setenv("PATH", inPath)
-	if _, err := Find(); err == nil || !strings.Contains(err.Error(), "go install github.com/fencerun/fencerun/cmd/fencerun-etcd") {
+	if _, err := Find(); err == nil || !strings.Contains(err.Error(), "from a clone of fencerun, go install ./cmd/...") {
 		t.Errorf("no helper anywhere: %v, want how to install it", err)
 	}
 	script := []byte("#!/bin/sh\nexit 0\n")
