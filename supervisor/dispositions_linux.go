@@ -11,25 +11,28 @@ import (
 )
 
 // ignoredAtStart is the set of signals this process ignored when this
-// package was initialised, before main and before any os/signal.Notify:
-// the SigIgn of /proc/self/status, asked of the kernel one signal at a
-// time (rt_sigaction without a new action), which is what SigIgn is made
-// from, without the kernel formatting the whole status file (0.1 ms of
-// every start, P1 and P4). It shows what the caller ignored only for the
-// signals the Go runtime leaves alone at start: SIGHUP and SIGINT (which
-// os/signal.Ignored reports too), and SIGCONT, SIGTSTP, SIGTTIN and
-// SIGTTOU. Every other signal the runtime takes over before main, and an
-// ignored SIGPIPE, SIGTERM, SIGQUIT, SIGUSR1... is lost (README: what the
-// command is given).
+// package was initialised, before main and before any os/signal.Notify,
+// asked of the kernel one signal at a time (rt_sigaction without a new
+// action), which is what /proc/self/status's SigIgn is made from. It
+// shows what the caller ignored only for the signals the Go runtime leaves
+// alone at start (untouched), so only those are asked: every other signal
+// the runtime takes over before main, and an ignored SIGPIPE, SIGTERM,
+// SIGQUIT, SIGUSR1... is lost (README: what the command is given).
 var ignoredAtStart = readSigIgn()
+
+// untouched are the signals whose disposition the Go runtime leaves as the
+// caller set it when that is SIG_IGN: SIGHUP and SIGINT (which
+// os/signal.Ignored reports too), and the job control signals.
+var untouched = []syscall.Signal{syscall.SIGHUP, syscall.SIGINT,
+	syscall.SIGCONT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
 
 func readSigIgn() uint64 {
 	if strings.HasPrefix(runtime.GOARCH, "mips") {
 		return readStatusSigIgn() // its struct sigaction begins with the flags
 	}
 	var mask uint64
-	for sig := uintptr(1); sig <= 64; sig++ {
-		if handler(sig) == sigIgn {
+	for _, sig := range untouched {
+		if handler(uintptr(sig)) == sigIgn {
 			mask |= 1 << (sig - 1)
 		}
 	}
