@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/signal"
 	"syscall"
 	"unsafe"
 
@@ -122,29 +121,25 @@ func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.S
 	}
 }
 
-// subscribe catches, from before the command starts and until just after
-// it is reaped, the job signals sent to this process and SIGCONT, for
-// JobControl; those the caller ignored stay ignored, for the command too.
+// subscribe hands this Process, from before the command starts and until
+// just after it is reaped, the job signals sent to this process and
+// SIGCONT, for JobControl (the reaper catches them: see setup); those the
+// caller ignored stay ignored, for the command too.
 func (p *Process) subscribe() {
-	var caught []os.Signal
-	for _, s := range jobSignals {
-		if !CallerIgnored(s) {
-			caught = append(caught, s)
-		}
-	}
 	p.jobSigs = make(chan os.Signal, len(jobSignals))
-	if len(caught) > 0 { // Notify of no signal would catch every signal
-		signal.Notify(p.jobSigs, caught...)
-	}
 	p.cont = make(chan os.Signal, 1)
-	if !CallerIgnored(syscall.SIGCONT) {
-		signal.Notify(p.cont, syscall.SIGCONT)
-	}
+	reg.mu.Lock()
+	reg.listeners[p] = true
+	reg.mu.Unlock()
 }
 
+// unsubscribe ends subscribe. A job signal sent to this process after it
+// is caught and dropped, rather than stopping it: signal.Stop would cost a
+// round trip to the runtime's signal-mask thread each.
 func (p *Process) unsubscribe() {
-	signal.Stop(p.jobSigs)
-	signal.Stop(p.cont)
+	reg.mu.Lock()
+	delete(reg.listeners, p)
+	reg.mu.Unlock()
 }
 
 // underTerminal reports whether this process takes part in job control: it

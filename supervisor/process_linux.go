@@ -375,12 +375,8 @@ func (p *Process) reaped(pid int, ws syscall.WaitStatus, err error) {
 	} else {
 		p.log.Debug("reaped", "pid", pid, "code", p.status.Code)
 	}
-	close(p.done)
-	// After Wait may return: each signal.Stop waits for the runtime's
-	// signal-mask thread, four round trips (0.2 ms) that the release of
-	// the lease need not wait for. A job signal sent to this process
-	// meanwhile is caught and dropped, rather than stopping it.
 	p.unsubscribe()
+	close(p.done)
 }
 
 // Pid is the direct child's pid; it is also the command's process group.

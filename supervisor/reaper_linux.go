@@ -11,19 +11,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// reg is this process's part in supervision: it is a child subreaper, and
-// reaps the orphans of running commands as they die.
+// reg is this process's part in supervision: it is a child subreaper,
+// reaps the orphans of running commands as they die, and hands the job
+// signals sent to this process to the Processes that listen.
 var reg registry
 
 type registry struct {
 	once sync.Once
 	err  error
 
-	mu    sync.Mutex
-	procs map[int]*Process // running commands, by the direct child's pid, until reaped
+	mu        sync.Mutex
+	procs     map[int]*Process  // running commands, by the direct child's pid, until reaped
+	listeners map[*Process]bool // subscribed to the job signals and SIGCONT
 }
 
 // setup makes this process a child subreaper and starts the reaper, once.
+// The reaper catches, in one subscription, SIGCHLD, and the job signals
+// and SIGCONT but those the caller ignored (left ignored, for the command
+// too): from the first start on they are caught for good, and go to the
+// listening Processes (subscribe), or nowhere.
 func setup() error {
 	reg.once.Do(func() {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -31,10 +37,21 @@ func setup() error {
 			return
 		}
 		reg.procs = make(map[int]*Process)
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, syscall.SIGCHLD)
+		reg.listeners = make(map[*Process]bool)
+		sigs := []os.Signal{syscall.SIGCHLD}
+		for _, s := range append(jobSignals, syscall.SIGCONT) {
+			if !CallerIgnored(s) {
+				sigs = append(sigs, s)
+			}
+		}
+		c := make(chan os.Signal, 8)
+		signal.Notify(c, sigs...)
 		go func() {
-			for range c {
+			for s := range c {
+				if s != syscall.SIGCHLD {
+					reg.deliver(s)
+					continue
+				}
 				// Else each Process reaps all: see pidns_linux.go.
 				if !foreignProc() && deadOrphans() {
 					reapAdopted()
@@ -43,6 +60,23 @@ func setup() error {
 		}()
 	})
 	return reg.err
+}
+
+// deliver hands a job signal or SIGCONT to every listening Process,
+// without waiting: one it has not taken yet stands for the next.
+func (r *registry) deliver(s os.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range r.listeners {
+		to := p.jobSigs
+		if s == syscall.SIGCONT {
+			to = p.cont
+		}
+		select {
+		case to <- s:
+		default:
+		}
+	}
 }
 
 // deadOrphans reports whether a child of this process may be an orphan
