@@ -166,14 +166,24 @@ type attempt struct {
 
 	standbyFor uint64       // fence of the holder the standby log line was for
 	standby    *standbyFile // shown as a waiter by Status while waiting
+
+	settling  bool          // a locked role has no live holder recorded
+	unsettled time.Duration // since when, on c.Clock
+	pause     time.Duration // the next look at an unsettled lock
 }
 
+// outcome ends an Acquire when any of its fields is set; a zero outcome
+// is "look again".
+type outcome struct {
+	role    *Role
+	refusal *Refusal
+	err     error
+}
+
+func (o outcome) done() bool { return o.role != nil || o.refusal != nil || o.err != nil }
+
 func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
-	var (
-		settling  bool          // a locked role has no live holder recorded
-		unsettled time.Duration // since when, on c.Clock
-	)
-	pause := time.Millisecond
+	a.pause = time.Millisecond
 	for {
 		if ctx.Err() != nil {
 			return nil, nil, a.gaveUp(ctx)
@@ -182,90 +192,114 @@ func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		var o outcome
 		if got {
-			c, moved, err := takeClaim(a.p, a.log)
-			if err != nil {
-				return nil, nil, err
-			}
-			if !moved {
-				role, err := a.take(c)
-				if err != nil {
-					c.Release()
-					return nil, nil, err
-				}
-				return role, nil, nil
-			}
-			// A holder whose lock file was moved or unlinked still runs: it
-			// stops within a second, and its claim goes with its tree.
-			a.closeFile()
-			if !a.c.Wait {
-				return nil, a.refuse(store.Holder{}, ReasonHeld, "a holder whose lock file was moved or deleted is still stopping its command"), nil
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
+			o = a.takeLocked(ctx)
+		} else {
+			o = a.lookAtHolder(ctx)
 		}
+		if o.done() {
+			return o.role, o.refusal, o.err
+		}
+	}
+}
 
-		// Watch before reading: whatever changes after the read wakes us.
-		if err := a.watch(ctx); err != nil {
-			return nil, nil, err
+// takeLocked takes the role whose lock we got, unless a holder whose lock
+// file was moved or unlinked still runs: it stops within a second, and
+// its claim goes with its tree.
+func (a *attempt) takeLocked(ctx context.Context) outcome {
+	c, moved, err := takeClaim(a.p, a.log)
+	if err != nil {
+		return outcome{err: err}
+	}
+	if !moved {
+		role, err := a.take(c)
+		if err != nil {
+			c.Release()
+			return outcome{err: err}
 		}
-		pl, empty, err := readPayload(a.fd, a.p.lock)
-		if err != nil && !errors.Is(err, store.ErrCorrupt) {
-			return nil, nil, fmt.Errorf("resident: %w", err)
-		}
-		corrupt := err
-		if empty || corrupt != nil || !alive(pl.PID, pl.Host) {
-			// Locked, but no live holder announced: the role is being taken
-			// or released, a prober holds the lock for an instant, or the
-			// payload is corrupt. Give it settleFor to become one or the other.
-			if !settling {
-				settling, unsettled = true, a.c.Clock()
-			}
-			if a.c.Clock()-unsettled >= settleFor {
-				if corrupt != nil && !empty {
-					return nil, nil, corrupt // S6: never start on what cannot be read
-				}
-				if !a.c.Wait {
-					var h store.Holder
-					if !empty {
-						h = *pl.holder()
-						h.Marker = ""
-					}
-					return nil, a.refuse(h, ReasonHeld, "the lock is taken but no live holder is recorded"), nil
-				}
-			}
-			if err := a.sleep(ctx, pause); err != nil {
-				return nil, nil, err
-			}
-			pause = min(2*pause, safetyNet)
-			continue
-		}
-		settling, pause = false, time.Millisecond
+		return outcome{role: role}
+	}
+	a.closeFile()
+	if !a.c.Wait {
+		return outcome{refusal: a.refuse(store.Holder{}, ReasonHeld, "a holder whose lock file was moved or deleted is still stopping its command")}
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(100 * time.Millisecond):
+	}
+	return outcome{}
+}
 
-		wait, ref, err := a.decide(pl)
-		if ref != nil || err != nil {
-			return nil, ref, err
+// lookAtHolder reads who holds the locked role and decides: ask it to
+// hand over, wait as a standby, or give up.
+func (a *attempt) lookAtHolder(ctx context.Context) outcome {
+	// Watch before reading: whatever changes after the read wakes us.
+	if err := a.watch(ctx); err != nil {
+		return outcome{err: err}
+	}
+	pl, empty, err := readPayload(a.fd, a.p.lock)
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+		return outcome{err: fmt.Errorf("resident: %w", err)}
+	}
+	if empty || err != nil || !alive(pl.PID, pl.Host) {
+		return a.settle(ctx, pl, empty, err)
+	}
+	a.settling, a.pause = false, time.Millisecond
+	wait, ref, err := a.decide(pl)
+	if ref != nil || err != nil {
+		return outcome{refusal: ref, err: err}
+	}
+	a.announceStandby(pl)
+	if !a.w.follow(pl.PID, pl.Host) {
+		return outcome{} // it just exited: look again, without waiting
+	}
+	return outcome{err: a.sleep(ctx, wait)}
+}
+
+// settle deals with a lock held with no live holder announced: the role
+// is being taken or released, a prober holds the lock for an instant, or
+// the payload is corrupt. It is given settleFor to become one or the
+// other, looked at again ever later.
+func (a *attempt) settle(ctx context.Context, pl payload, empty bool, corrupt error) outcome {
+	if !a.settling {
+		a.settling, a.unsettled = true, a.c.Clock()
+	}
+	if a.c.Clock()-a.unsettled >= settleFor {
+		if corrupt != nil && !empty {
+			return outcome{err: corrupt} // S6: never start on what cannot be read
 		}
-		if !a.pending && a.standbyFor != pl.Fence {
-			a.standbyFor = pl.Fence
-			a.log.Info("waiting as a standby", "holder_pid", pl.PID, "holder_host", pl.Host, "fence", pl.Fence)
-			if a.standby == nil {
-				var err error
-				a.standby, err = register(a.p, standby{PID: a.pid, Host: a.host, Name: a.c.Name, Reason: a.c.Reason, Since: a.c.Now()})
-				if err != nil {
-					a.log.Warn("cannot show this standby in status", "error", err)
-				}
+		if !a.c.Wait {
+			var h store.Holder
+			if !empty {
+				h = *pl.holder()
+				h.Marker = ""
 			}
+			return outcome{refusal: a.refuse(h, ReasonHeld, "the lock is taken but no live holder is recorded")}
 		}
-		if !a.w.follow(pl.PID, pl.Host) {
-			continue // it just exited: look again, without waiting
-		}
-		if err := a.sleep(ctx, wait); err != nil {
-			return nil, nil, err
-		}
+	}
+	if err := a.sleep(ctx, a.pause); err != nil {
+		return outcome{err: err}
+	}
+	a.pause = min(2*a.pause, safetyNet)
+	return outcome{}
+}
+
+// announceStandby logs, once per holder, that we wait as its standby, and
+// shows us in status from the first time.
+func (a *attempt) announceStandby(pl payload) {
+	if a.pending || a.standbyFor == pl.Fence {
+		return
+	}
+	a.standbyFor = pl.Fence
+	a.log.Info("waiting as a standby", "holder_pid", pl.PID, "holder_host", pl.Host, "fence", pl.Fence)
+	if a.standby != nil {
+		return
+	}
+	var err error
+	a.standby, err = register(a.p, standby{PID: a.pid, Host: a.host, Name: a.c.Name, Reason: a.c.Reason, Since: a.c.Now()})
+	if err != nil {
+		a.log.Warn("cannot show this standby in status", "error", err)
 	}
 }
 
