@@ -35,7 +35,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -185,15 +184,6 @@ func (k *Keeper) Tick(t time.Time) {
 	}
 }
 
-// opResult is the outcome of one store operation run off the loop.
-type opResult struct {
-	kind string // "renew", "check", "tick"
-	sent time.Duration
-	term store.Term // of a renewal
-	req  store.Request
-	err  error
-}
-
 // Run keeps the lease until ctx ends or Interrupt is called (returning nil),
 // or the command must stop (returning *EndError). Store operations run one at
 // a time in a goroutine of their own, so a store that hangs (a guard lock held by
@@ -203,246 +193,15 @@ func (k *Keeper) Run(ctx context.Context) error {
 		return errors.New("fence: keeper run twice")
 	}
 	defer close(k.ended)
-	var inflight bool
-	results := make(chan opResult, 1)
-	// One goroutine runs the store operations, one at a time, for the
-	// whole run: a goroutine made per renewal, and its stack grown anew
-	// each time, was a tenth of a holder's CPU (P4).
-	// What it runs comes as a request, not a closure made per operation:
-	// no allocation a renewal (P4).
-	type request struct {
-		kind string
-		sent time.Duration
-		op   func(ctx context.Context) (store.Term, store.Request, error)
-	}
-	ops := make(chan request, 1)
-	go func() {
-		for r := range ops {
-			term, req, err := r.op(ctx)
-			// Only when traced: the clock is a system call (CLOCK_BOOTTIME
-			// has no vDSO path in Go), and the fields are built before
-			// hclog looks at the level (P4).
-			switch {
-			case !k.log.IsTrace():
-			case err != nil:
-				k.log.Trace("store call", "call", r.kind, "took", logfield.Duration(k.clock.Now()-r.sent), "error", err)
-			default:
-				k.log.Trace("store call", "call", r.kind, "took", logfield.Duration(k.clock.Now()-r.sent))
-			}
-			results <- opResult{kind: r.kind, sent: r.sent, term: term, req: req, err: err}
-		}
-	}()
-	defer func() {
-		close(ops) // the worker ends after the operation in flight, if any
-		// Let Release wait for the last operation rather than run beside it.
-		go func() {
-			if inflight {
-				<-results
-			}
-			k.idle <- struct{}{}
-		}()
-	}()
 	timer, err := k.clock.NewTimer()
 	if err != nil {
+		k.idle <- struct{}{}
 		return err
 	}
 	defer timer.Close()
-
-	expiry := k.term.End()
-	nextRenew := k.term.Start + k.term.TTL/3
-	retry := min(k.ttl/10, time.Second)
-	var (
-		checkWanted bool
-		checkAt     time.Duration // a failed check is retried from then on
-		tickWanted  *time.Time
-		asked       bool // a request was passed on
-
-		// Between Pause and the answer to Resume the clock does not end
-		// the lease: the command is stopped, and the store decides.
-		paused   bool
-		resuming chan error    // Resume waits for the answer of a renewal
-		resumeOp bool          // the operation in flight is that renewal
-		resumeBy time.Duration // no answer by then: the lease counts as lost
-		lostErr  error         // lost while paused, told to Resume
-	)
-	// start sends op to the store's goroutine at sent, the loop's reading
-	// of the clock (a system call on CLOCK_BOOTTIME, P4), taken just before.
-	start := func(kind string, sent time.Duration, op func(ctx context.Context) (store.Term, store.Request, error)) {
-		inflight = true
-		ops <- request{kind: kind, sent: sent, op: op}
-	}
-	// The operations, made once for the run.
-	renew := func(ctx context.Context) (store.Term, store.Request, error) {
-		term, err := k.lease.Renew(ctx)
-		return term, store.RequestNone, err
-	}
-	check := func(ctx context.Context) (store.Term, store.Request, error) {
-		req, err := k.lease.Check(ctx)
-		return store.Term{}, req, err
-	}
-	var tickAt time.Time // the tick the operation in flight writes
-	tick := func(ctx context.Context) (store.Term, store.Request, error) {
-		return store.Term{}, store.RequestNone, k.lease.Tick(ctx, tickAt)
-	}
-	lost := func(err error) error {
-		return &EndError{Reason: Lost, StopBy: expiry - k.margin(), Err: err}
-	}
-
-	k.log.Trace("keeping the lease", "valid_until_boottime_ns", int64(expiry))
-	answer := func(err error) {
-		if resuming == nil {
-			return // answered already: no answer in time
-		}
-		resuming <- err
-		resuming = nil
-		if err == nil {
-			paused = false
-		}
-	}
-
-	var known time.Duration              // the clock, read since the select returned; 0: unread
-	var armedAt, armedThen time.Duration // the timer's last setting
-	for {
-		now := known
-		if now == 0 {
-			now = k.clock.Now()
-		}
-		known = 0
-		if resuming != nil && now >= resumeBy {
-			answer(lost(fmt.Errorf("no answer from the store within %v of running again", k.ttl/3)))
-		}
-		if !paused && now >= expiry-k.reserve() {
-			return lost(fmt.Errorf("lease not renewed within %v of its expiry", k.reserve()))
-		}
-		if !inflight && resuming != nil {
-			resumeOp = true
-			start("renew", now, renew)
-		}
-		if !inflight && !paused {
-			switch {
-			case checkWanted && now >= checkAt:
-				checkWanted = false
-				start("check", now, check)
-			case now >= nextRenew:
-				start("renew", now, renew)
-			case tickWanted != nil:
-				// Set before the send, read by the worker after it: the
-				// channel orders the two; the next is set only once this
-				// operation's result came back (inflight).
-				tickAt = *tickWanted
-				tickWanted = nil
-				start("tick", now, tick)
-			}
-		}
-		deadline := expiry - k.reserve()
-		wake, then := deadline, time.Duration(0)
-		if !inflight {
-			wake = min(wake, nextRenew)
-			if checkWanted {
-				wake = min(wake, checkAt)
-			}
-			// The operation started at wake needs the deadline next.
-			then = deadline
-		}
-		switch {
-		case resuming != nil:
-			wake, then = resumeBy, 0
-		case paused:
-			wake, then = now+24*time.Hour, 0 // nothing to do until Resume
-		}
-		// The timer fired at armedAt and fires next at armedThen by itself:
-		// no second timerfd_settime a renewal (P4).
-		if then != 0 || wake != armedThen || now < armedAt || now >= armedThen {
-			timer.SetThen(wake, then)
-			armedAt, armedThen = wake, then
-		}
-
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-k.cancel:
-			return nil
-		case <-timer.C():
-		case <-k.lease.Changes():
-			checkWanted, checkAt = true, 0
-		case t := <-k.ticks:
-			tickWanted = &t
-		case <-k.pause:
-			paused = true
-		case reply := <-k.resume:
-			resuming, resumeBy = reply, k.clock.Now()+k.ttl/3
-			if lostErr != nil {
-				answer(lostErr)
-			}
-		case r := <-results:
-			inflight = false
-			wasResume := resumeOp
-			resumeOp = false
-			if errors.Is(r.err, store.ErrLost) {
-				if !paused {
-					return lost(r.err)
-				}
-				// Told to Resume, which stops the command for good
-				// before the run ends: ending here would let the run
-				// group continue the command to stop it gracefully.
-				lostErr = lost(r.err)
-				if wasResume {
-					answer(lostErr)
-				}
-				continue
-			}
-			if wasResume && r.err != nil {
-				if k.clock.Now() < expiry-k.reserve() {
-					answer(nil) // still valid by the clock; retried as usual
-				} else {
-					answer(lost(fmt.Errorf("lease not confirmed after running again: %w", r.err)))
-				}
-			}
-			if r.err != nil {
-				k.log.Warn("lease operation failed; retrying", "op", r.kind, "error", r.err,
-					"expires_in", (expiry - k.clock.Now()).Round(time.Millisecond))
-				if r.kind == "renew" {
-					nextRenew = r.sent + retry
-				}
-				if r.kind == "check" {
-					// Retried, but not in a loop: renewals go on meanwhile,
-					// and they see a revocation too.
-					checkWanted, checkAt = true, r.sent+retry
-				}
-				continue
-			}
-			switch r.kind {
-			case "renew":
-				// Valid for the granted TTL from when the renewal was
-				// sent, not answered.
-				at := k.clock.Now()
-				term := renewed(r, at)
-				expiry = term.End()
-				nextRenew = term.Start + term.TTL/3
-				k.termMu.Lock()
-				k.latest = term
-				k.termMu.Unlock()
-				traced := k.log.IsTrace()
-				if traced {
-					k.log.Trace("renewed", "valid_until_boottime_ns", int64(expiry))
-				}
-				if wasResume {
-					answer(nil)
-				}
-				if !traced && !wasResume {
-					// Nothing since could have waited (a log line on a
-					// full pipe, Resume's caller): the loop's reading.
-					known = at
-				}
-			case "check":
-				reason := map[store.Request]Reason{store.RequestCancel: Cancelled, store.RequestHandover: Handover}[r.req]
-				if reason != 0 && !asked {
-					asked = true
-					k.requests <- reason
-				}
-			}
-		}
-	}
+	l := newLoop(ctx, k, timer)
+	defer l.finish()
+	return l.run()
 }
 
 // renewed is the term a successful renewal set. A Start the backend read
@@ -517,9 +276,8 @@ func (k *Keeper) Interrupt() { k.stop.Do(func() { close(k.cancel) }) }
 // Release does, then reads the lease once and reports whether it is no
 // longer this holder's (revoked, taken over). For a run whose command
 // could not start: a start that failed because the lease was lost meanwhile
-// (a release --force between the take and the start, whose next holder on
-// this host removed this run's prepared cgroup among the revoked holder's
-// leftovers) is a broken fence, not a command that could not run. Call it
+// (a release --force between the take and the start) is a broken fence,
+// not a command that could not run. Call it
 // after Run returned and before Release.
 func (k *Keeper) Lost(ctx context.Context) bool {
 	if k.ran.Load() {
