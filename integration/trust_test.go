@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -392,6 +393,12 @@ func TestMovedKeyDirectoryNoOverlap(t *testing.T) {
 	took := s.lostWithoutOverlap(holder, second, pids, moved, "key directory was moved")
 	t.Logf("moved holder exited %v after the move", took)
 	s.logSays("holder", "was moved or deleted")
+	// The newcomer says once that it waits for the moved holder, not at
+	// every look at its claim (every 100 ms: some 20 times here; issue 26).
+	b, _ := os.ReadFile(s.path("second.log"))
+	if n := bytes.Count(b, []byte("still runs; waiting for it")); n != 1 {
+		t.Errorf("the newcomer said %d times that it waits for the moved holder, want once:\n%s", n, b)
+	}
 }
 
 // S9: `rm app.db.resident.lock` (a cleanup script, the worker itself)

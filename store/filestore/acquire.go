@@ -80,6 +80,8 @@ type acquirer struct {
 	// found gone or dead since. Nobody queues ahead of a queued waiter, so
 	// a wake-up reads only from the end of this list, never the queue.
 	ahead []uint64
+	// saidMoved: the wait for a moved holder's claim was logged (once).
+	saidMoved bool
 }
 
 // busy says who is in the way: whom to report, and the lock to wait on.
@@ -224,7 +226,10 @@ func (a *acquirer) takeIfNotMoved(rec record, cur statefs.Slotted, live, g int) 
 		return l, busy{}, err
 	}
 	unix.Close(live)
-	a.s.log.Warn("a holder of this key whose key directory was moved or deleted still runs; waiting for it", "key", a.key)
+	if !a.saidMoved {
+		a.saidMoved = true
+		a.s.log.Warn("a holder of this key whose key directory was moved or deleted still runs; waiting for it", "key", a.key)
+	}
 	return nil, busy{moved: true, holder: &store.Holder{Name: "a holder whose key directory was moved or deleted (its command is being stopped)"}}, nil
 }
 
