@@ -2,15 +2,19 @@ package integration
 
 import (
 	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
 )
 
-// TestEtcdRunLeavesNoTickDirectory: a run on etcd makes a private tick
-// directory in $TMPDIR (etcd has no local state); it is removed when the
-// run ends, whether the command ran, the key was busy or the cluster was
-// unreachable, not left behind one a run.
+// TestEtcdRunLeavesNoTickDirectory: a run on etcd puts its tick socket in
+// the user's private tick directory in $TMPDIR (etcd has no local state);
+// the socket is removed when the run ends, whether the command ran, the key
+// was busy or the cluster was unreachable: nothing is left but that one
+// directory, empty.
 func TestEtcdRunLeavesNoTickDirectory(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	eps := c.Endpoints()
@@ -32,8 +36,48 @@ func TestEtcdRunLeavesNoTickDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, e := range left {
-				t.Errorf("left in $TMPDIR: %s", e.Name())
+				if e.Name() != ownTicks {
+					t.Errorf("left in $TMPDIR: %s", e.Name())
+					continue
+				}
+				in, _ := os.ReadDir(filepath.Join(tmp, e.Name()))
+				for _, f := range in {
+					t.Errorf("left in $TMPDIR/%s: %s", e.Name(), f.Name())
+				}
 			}
 		})
+	}
+}
+
+// ownTicks is the name of this user's tick directory in $TMPDIR.
+var ownTicks = "fencerun-ticks-" + strconv.Itoa(os.Geteuid())
+
+// TestKilledEtcdRunsDoNotPileUpTickDirectories: a wrapper killed by
+// SIGKILL cannot remove what it made; each such run once left a
+// $TMPDIR/fencerun-ticks-* directory of its own that only an etcd prune
+// removed (686 after two chaos runs; issue 26). Now every run uses the
+// user's one directory and removes the sockets of dead runs it finds
+// there: after three killed runs, one directory with one dead socket.
+func TestKilledEtcdRunsDoNotPileUpTickDirectories(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	tmp := t.TempDir()
+	for i := range 3 {
+		h := onEtcd(t, c.Endpoints(), "run", "--key", "killed"+strconv.Itoa(i), "--ttl", "2s", "--",
+			"sh", "-c", "kill -KILL $PPID; sleep 5")
+		h.Env = append(h.Env, "TMPDIR="+tmp)
+		if err := h.Run(); err == nil || h.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("run %d: %v, want the wrapper killed", i, err)
+		}
+	}
+	left, _ := os.ReadDir(tmp)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	if len(names) != 1 || names[0] != ownTicks {
+		t.Fatalf("left in $TMPDIR after three killed runs: %v, want only %s", names, ownTicks)
+	}
+	if in, _ := os.ReadDir(filepath.Join(tmp, ownTicks)); len(in) > 1 {
+		t.Errorf("%d sockets left in %s, want at most the last killed run's", len(in), ownTicks)
 	}
 }

@@ -82,6 +82,9 @@ type Store struct {
 	ticksOnce sync.Once
 	ticks     string
 	ticksErr  error
+	// ticksPrivate: ticks is this process's own directory, which Close
+	// removes (the user's could not be used: TickDir).
+	ticksPrivate bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -134,19 +137,26 @@ func Open(opts Options) (*Store, error) {
 // Close closes the client and removes the tick directory. Leases taken
 // from the Store stop working: a caller releases them first.
 func (s *Store) Close() error {
-	if s.ticks != "" {
+	if s.ticksPrivate {
 		os.RemoveAll(s.ticks)
 	}
 	return s.c.Close()
 }
 
-// TickDir is a directory for the tick sockets of commands run under this
-// store: etcd has no local state, so it is a fresh private directory
-// (0700, a name nobody could create beforehand) of this process, removed by
-// Close. Only this user can reach a socket in it (S9).
+// TickDir is the directory for the tick sockets of commands run under this
+// store: etcd has no local state, so it is the user's own tick directory in
+// $TMPDIR (userTickDir), or where that name is not a private directory of
+// this user, a fresh private one of this process (0700, a name nobody
+// could create beforehand), removed by Close. Only this user can reach a
+// socket in it (S9).
 func (s *Store) TickDir() (string, error) {
 	s.ticksOnce.Do(func() {
+		s.ticks, s.ticksErr = userTickDir()
+		if s.ticksErr == nil {
+			return
+		}
 		s.ticks, s.ticksErr = os.MkdirTemp("", ticksPattern)
+		s.ticksPrivate = s.ticksErr == nil
 		if s.ticksErr != nil {
 			s.ticksErr = fmt.Errorf("etcdstore: tick directory: %w", s.ticksErr)
 		}
