@@ -70,6 +70,11 @@
 //     tree (stop signal, SIGCONT, grace, SIGKILL) and the run ends Killed,
 //     whatever the command's own status; before, it ends the wait as any
 //     signal.
+//   - O1: with Config.Once, only a command that exited 0 by itself under
+//     the lease marks the ID done, with the release (ReleaseDone); a
+//     lease lost before the mark is a broken fence (76) and marks
+//     nothing; every other end (failed, signalled, timed out, cancelled,
+//     stuck, revoked) releases without a mark.
 //   - S8: every path that held the lease releases it, within min(TTL, 10s):
 //     a store that hangs cannot keep fencerun from exiting (the kernel lock
 //     that proves the holder alive goes with the process anyway).

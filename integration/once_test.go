@@ -278,3 +278,64 @@ func TestOnceRevokedHolderLeavesItOpen(t *testing.T) {
 		})
 	}
 }
+
+// A waiter whose ID another run marks done while it waits gives up at
+// once, though the key then goes to a run of another ID ahead of it in the
+// queue, whose command is still running when the waiter exits 0.
+func TestOnceWaiterGivesUpWhenItsIDIsDone(t *testing.T) {
+	for _, b := range onceBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			dir := t.TempDir()
+			witness := filepath.Join(dir, "witness")
+			// Runs until the file named by its second argument appears.
+			script := `echo "$FENCERUN_ONCE $FENCERUN_FENCE $$" >> "$1"; while [ ! -e "$2" ]; do sleep 0.05; done`
+			start := func(id, name string) *exec.Cmd {
+				c := b.cmd("run", "--key", "mixed", "--once", id, "--", "sh", "-c", script, "sh", witness, filepath.Join(dir, name))
+				if err := c.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+				return c
+			}
+			waiters := func(n int) {
+				t.Helper()
+				if err := waitFor(func() bool { return strings.Count(statusOut(t, b, "mixed"), `"since"`) == n }); err != nil {
+					t.Fatalf("never %d waiters: %s", n, statusOut(t, b, "mixed"))
+				}
+			}
+			start("x", "h.go")
+			if err := waitFor(func() bool { return len(witnessed(t, witness)["x"]) == 1 }); err != nil {
+				t.Fatal("the holder of x never ran")
+			}
+			start("y", "z.go")
+			waiters(1)
+			w := b.cmd("run", "--key", "mixed", "--once", "x", "--", "sh", "-c", witnessScript, "sh", witness, "0", "0")
+			var stderr bytes.Buffer
+			w.Stderr = &stderr
+			if err := w.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { w.Process.Kill() })
+			waiters(2)
+			os.WriteFile(filepath.Join(dir, "h.go"), nil, 0o600) // x is done; y's run takes the key
+			exited := make(chan error, 1)
+			go func() { exited <- w.Wait() }()
+			select {
+			case err := <-exited:
+				if err != nil || !strings.Contains(stderr.String(), "was done by") {
+					t.Fatalf("the waiter for x exited %v: %s", err, stderr.String())
+				}
+			case <-time.After(guard):
+				t.Fatalf("the waiter for x still waits behind y's run, %v after x was done", guard)
+			}
+			// y's run holds the key, its command running till z.go.
+			if err := waitFor(func() bool { return len(witnessed(t, witness)["y"]) == 1 }); err != nil {
+				t.Fatal("y's run never ran")
+			}
+			if got := witnessed(t, witness)["x"]; len(got) != 1 {
+				t.Fatalf("x ran %d times: %v", len(got), got)
+			}
+			os.WriteFile(filepath.Join(dir, "z.go"), nil, 0o600)
+		})
+	}
+}

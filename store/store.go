@@ -16,6 +16,11 @@
 //   - a holder that died holding a lease passes its leftovers (what its
 //     command's tree may still be running, and on which host) to the next
 //     holder, as Lease.Predecessor, until one confirms them stopped;
+//   - a Lease's release marks an --once ID done (ReleaseDone) only while
+//     the lease is still held, as a renewal would check it, and in one
+//     step with the release, so the next holder of the key finds it; a
+//     key keeps its last MaxDone marks, and a waiter can sleep until its
+//     ID is marked (AwaitDone) (O1, O3, O4);
 //   - a Lease reports the Term its acquisition and each renewal set: the
 //     instant, on the claim's Clock, read just before the write (or request)
 //     that set the expiry, and the TTL granted from then. The lease cannot
@@ -116,6 +121,12 @@ type Store interface {
 	// Reopen forgets that id was done under key (once-reset), so that the
 	// next run for it runs again. It reports whether id was done.
 	Reopen(ctx context.Context, key, id string) (bool, error)
+
+	// AwaitDone blocks until id is among key's done IDs and returns its
+	// mark, or until ctx ends (then ctx's cause): for a waiter whose ID
+	// another run did meanwhile to give up at once (O1). It sleeps on an
+	// event of the store's (no polling) and never writes.
+	AwaitDone(ctx context.Context, key, id string) (*Done, error)
 
 	// Close releases what the store holds open. It does not release leases.
 	Close() error

@@ -12,6 +12,7 @@
 //	_fencerun/desc/<lease>          who the contender is (name, pid, host, ...), on its lease
 //	_fencerun/cancel/<lease>        a cancel request for that holder, on its lease
 //	_fencerun/leftovers/K/<lease>   a contender's command tree (marker, host), on no lease
+//	_fencerun/once/K                the key's last 1,000 done --once IDs, on no lease
 //
 // What it guarantees:
 //
@@ -32,6 +33,9 @@
 //     through a watch on its key and its cancel key, created with
 //     WithRequireLeader, so a member that loses its leader ends the watch
 //     too and the holder checks.
+//   - A holder marks its --once ID done in the transaction that deletes
+//     its holder key, compared on that key's create revision: a holder
+//     whose lease expired or was revoked marks nothing (O4, once.go).
 //   - After waiting, a holder checks in one transaction that its own key
 //     still exists with its create revision (etcd#11456: a lease that
 //     expired while waiting) before it reports the lease held.

@@ -144,3 +144,51 @@ func (l *Lease) releaseDone(ctx context.Context, id string, dels []clientv3.Op, 
 	}
 	return fmt.Errorf("etcdstore: %s changed under %d tries to mark %q done", doneKey(l.key), doneTries, id)
 }
+
+// AwaitDone waits for id to be marked done under key (see store.Store):
+// a read, then a watch of the done key from just after it. A watch that
+// ends while ctx has not (its member lost its leader, the stream broke)
+// is made again from a fresh read.
+func (s *Store) AwaitDone(ctx context.Context, key, id string) (*store.Done, error) {
+	for {
+		octx, cancel := s.op(ctx)
+		resp, err := s.c.Get(octx, doneKey(key))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+			return nil, s.fail("read "+doneKey(key), err)
+		}
+		if len(resp.Kvs) == 1 {
+			if d := findDone(resp.Kvs[0], id); d != nil {
+				return d, nil
+			}
+		}
+		wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range s.c.Watch(wctx, doneKey(key), clientv3.WithRev(resp.Header.Revision+1)) {
+			for _, ev := range wr.Events {
+				if d := findDone(ev.Kv, id); d != nil {
+					stop()
+					return d, nil
+				}
+			}
+		}
+		stop()
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// findDone is the mark of id in a done key's value (a deleted or
+// unreadable one has none).
+func findDone(kv *mvccpb.KeyValue, id string) *store.Done {
+	done, _, err := parseDone(kv)
+	if err != nil {
+		return nil
+	}
+	return store.FindDone(done, id)
+}

@@ -61,6 +61,11 @@
 //     close-on-exec.
 //   - The token never leaves the record file: not in errors, logs or
 //     Status.
+//   - A key's done --once IDs (O1-O4) are one file replaced whole under
+//     the guard: a holder marks its ID only after a renewal's compare-and-
+//     swap on its record, before its free record is written, so a lease
+//     lost first marks nothing and the next holder always sees the mark
+//     (once.go). Prune keeps a key that has them.
 //
 // What it does not guarantee:
 //

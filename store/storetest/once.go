@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/fencerun/fencerun/store"
 )
@@ -125,5 +127,47 @@ func testOncePruneKeeps(t *testing.T, b *Backend) {
 	}
 	if got := ids(done(t, s, "o")); len(got) != 1 || got[0] != "kept" {
 		t.Errorf("done after Prune = %v; want [kept]", got)
+	}
+}
+
+// AwaitDone wakes as soon as another client's holder marks the ID, and
+// not for another ID's mark; a cancelled wait returns its cause (O1).
+func testOnceAwaitDone(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	l := acquire(t, s, "o", b.claim("holder"))
+	other := b.openSecond(t, desc)
+	got := make(chan *store.Done, 1)
+	go func() {
+		d, err := other.AwaitDone(t.Context(), "o", "x")
+		if err != nil {
+			t.Errorf("AwaitDone: %v", err)
+		}
+		got <- d
+	}()
+	if err := l.ReleaseDone(t.Context(), "y"); err != nil {
+		t.Fatal(err)
+	}
+	l2 := acquire(t, s, "o", b.claim("holder"))
+	select {
+	case d := <-got:
+		t.Fatalf("AwaitDone(x) returned %+v on a mark of y", d)
+	default:
+	}
+	if err := l2.ReleaseDone(t.Context(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-got:
+		if d == nil || d.ID != "x" || d.Fence != l2.Fence() {
+			t.Fatalf("AwaitDone(x) = %+v; want x by fence %d", d, l2.Fence())
+		}
+	case <-time.After(guard):
+		t.Fatal("AwaitDone never saw x marked")
+	}
+	cause := errors.New("given up")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cancel(cause)
+	if d, err := other.AwaitDone(ctx, "o", "z"); d != nil || !errors.Is(err, cause) {
+		t.Errorf("a cancelled AwaitDone = %+v, %v; want its cause", d, err)
 	}
 }

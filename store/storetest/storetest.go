@@ -66,6 +66,7 @@ func Run(t *testing.T, b Backend) {
 		{"OnceRevokedMarksNothing", testOnceRevokedMarksNothing},
 		{"OnceReopen", testOnceReopen},
 		{"OncePruneKeeps", testOncePruneKeeps},
+		{"OnceAwaitDone", testOnceAwaitDone},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {

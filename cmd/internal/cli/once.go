@@ -15,12 +15,12 @@ import (
 
 // Once per ID (O1, O2). A run with --once ID (or --once-per D, whose ID
 // is the start of the current period) looks for ID among the key's done
-// IDs twice: before it takes the lease, so that a run that finds it done
-// neither runs nor waits, and once it holds the lease, before its command
-// can start, so that a run that waited behind the one that did it gives
-// up as soon as its turn comes (the mark is written with that holder's
-// release, before anyone can take the lease after it). Only a command that
-// exits 0 under the lease marks ID done (package fenced).
+// IDs before it takes the lease, so that a run that finds it done neither
+// runs nor waits; while it waits, so that it gives up as soon as another
+// run marks it (the store wakes it); and once it holds the lease, before
+// its command can start, which decides: the mark is written with that
+// holder's release, before anyone can take the lease after it. Only a
+// command that exits 0 under the lease marks ID done (package fenced).
 
 // validOnce checks --once, --once-per and --once-exit.
 func (r *RunCmd) validOnce(kctx *kong.Context) error {
@@ -61,17 +61,17 @@ func (r *RunCmd) onceID(now time.Time) string {
 }
 
 // checkDone returns an error wrapping fenced.ErrAlreadyDone, saying who
-// did it, when ID is among key's done IDs; nil when it is not, or without
-// an ID.
+// did it, when ID is among key's done IDs; nil when it is not.
 func (r *RunCmd) checkDone(ctx context.Context, st store.Store) error {
-	if r.onceFor == "" {
-		return nil
-	}
 	done, err := st.Done(ctx, *r.Key)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
-	d := store.FindDone(done, r.onceFor)
+	return r.alreadyDone(store.FindDone(done, r.onceFor))
+}
+
+// alreadyDone is the run's end when d, the mark of its ID, is not nil.
+func (r *RunCmd) alreadyDone(d *store.Done) error {
 	if d == nil {
 		return nil
 	}
@@ -79,16 +79,36 @@ func (r *RunCmd) checkDone(ctx context.Context, st store.Store) error {
 		r.onceFor, *r.Key, who(&store.Holder{Name: d.Name, PID: d.PID, Host: d.Host}), d.At.Format(time.RFC3339), d.Fence)
 }
 
+// doneMeanwhile ends a wait whose ID another run did meanwhile.
+type doneMeanwhile struct{ d *store.Done }
+
+func (*doneMeanwhile) Error() string { return "the ID was done meanwhile" }
+
 // acquireOnce is acquireKey for a run with an ID: it looks for the ID
-// before it takes the lease and again once it holds it (see above). A
-// lease found with the ID done is given back at once: its predecessors'
-// leftovers, not stopped, stay with the key for the next holder.
+// before it takes the lease and again once it holds it (see above), and
+// while it waits the store tells it as soon as the ID is done
+// (store.Store.AwaitDone), which ends the wait. A lease found with the ID
+// done is given back at once: its predecessors' leftovers, not stopped,
+// stay with the key for the next holder.
 func (r *RunCmd) acquireOnce(ctx context.Context, st store.Store, claim store.Claim, report *waitReport) (store.Lease, error) {
 	if err := r.checkDone(ctx, st); err != nil {
 		return nil, err
 	}
-	lease, err := r.acquireKey(ctx, st, claim, report)
+	waitCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if claim.Wait {
+		go func() {
+			if d, _ := st.AwaitDone(waitCtx, *r.Key, r.onceFor); d != nil {
+				cancel(&doneMeanwhile{d})
+			}
+		}()
+	}
+	lease, err := r.acquireKey(waitCtx, st, claim, report)
 	if lease == nil {
+		var dm *doneMeanwhile
+		if errors.As(context.Cause(waitCtx), &dm) {
+			return nil, r.alreadyDone(dm.d)
+		}
 		return nil, err
 	}
 	if err := r.checkDone(ctx, st); err != nil {
