@@ -239,6 +239,15 @@ func (e *etcdBench) etcdctlTool(h *harness, bin string, err error) *tool {
 // same wait, so the figure is a settled waiter's handoff.
 const etcdSettle = 200 * time.Millisecond
 
+// serverPid is the etcd server's pid, for P8's idle queue: etcd waiters'
+// cost at rest is partly the server's.
+func (e *etcdBench) serverPid() int {
+	if e.server == nil {
+		return 0
+	}
+	return e.server.Pid()
+}
+
 // etcdPair is P7's: fencerun --etcd against both etcdctls, no slower than
 // either.
 func (e *etcdBench) pair() pair {

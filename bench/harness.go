@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -32,12 +33,14 @@ type config struct {
 	ListRuns    int           // P6: recorded runs of list
 	SeqRuns     int           // P1 throughput: sequential runs per tool
 	SeqBlock    int           // P1 throughput: runs per block, blocks of each tool alternating
-	Drain       int           // P2 drain: waiters queued behind one holder
-	DrainRounds int           // P2 drain: recorded rounds per tool
+	DrainSizes  []int         // P2 drain: queue lengths, waiters behind one holder
+	DrainRounds int           // P2 drain: recorded rounds per tool and length
+	IdleSizes   []int         // P8: queue lengths at rest
+	IdleWindow  time.Duration // P8: how long a queue at rest is measured
 	BenchCount  int           // -count of the store's Go benchmarks; 0 skips them
 	Guard       time.Duration // a process that runs longer is killed: a failure guard, never a measure
 	Keep        bool          // keep the work directory
-	// Only names the figures to measure (p1 … p7; p4 brings p5); empty:
+	// Only names the figures to measure (p1 … p8; p4 brings p5); empty:
 	// all of them.
 	Only []string
 	// Etcdctl is the current etcdctl for P7 beside Debian's: empty, build
@@ -76,8 +79,10 @@ func defaultConfig() config {
 		ListRuns:    10,
 		SeqRuns:     1000,
 		SeqBlock:    100,
-		Drain:       200,
+		DrainSizes:  []int{10, 100, 500, 1000},
 		DrainRounds: 3,
+		IdleSizes:   []int{10, 100, 1000},
+		IdleWindow:  5 * time.Second,
 		BenchCount:  1, // each -count costs ~45 s here: BenchmarkList10000 makes its 10,000 keys anew
 		Guard:       30 * time.Second,
 	}
@@ -89,8 +94,10 @@ func (c config) validate() error {
 		return errors.New("bench: counts must be at least 1 (warmup at least 0)")
 	case c.SeqRuns < 1 || c.SeqBlock < 1 || c.DrainRounds < 1:
 		return errors.New("bench: throughput runs, their block and drain rounds must be at least 1")
-	case c.Drain < 1:
-		return errors.New("bench: the queue drain needs at least 1 waiter")
+	case len(c.DrainSizes) == 0 || slices.Min(c.DrainSizes) < 1 || len(c.IdleSizes) == 0 || slices.Min(c.IdleSizes) < 1:
+		return errors.New("bench: the queue drain and the idle queue need lengths of at least 1 waiter")
+	case c.IdleWindow <= 0:
+		return errors.New("bench: the idle window must be positive")
 	case c.LoopWaiters < 2:
 		return errors.New("bench: the handoff loop needs at least 2 waiters")
 	case c.LoopRuns < 3:
@@ -105,8 +112,8 @@ func (c config) validate() error {
 		return errors.New("bench: P7 needs a hold TTL of at least 2s, etcd's shortest lease")
 	}
 	for _, o := range c.Only {
-		if len(o) != 2 || (o[0] != 'p' && o[0] != 'P') || o[1] < '1' || o[1] > '7' {
-			return fmt.Errorf("bench: -only %q: figures are p1 … p7", o)
+		if len(o) != 2 || (o[0] != 'p' && o[0] != 'P') || o[1] < '1' || o[1] > '8' {
+			return fmt.Errorf("bench: -only %q: figures are p1 … p8", o)
 		}
 	}
 	return nil
@@ -171,7 +178,7 @@ func newHarness(cfg config) (*harness, error) {
 	}
 	h.flock = h.flockTool(flockBin, err)
 	h.floor = h.floorTool(h.buildFloor())
-	if cfg.wants("P7") {
+	if cfg.wants("P7") || cfg.wants("P8") {
 		h.etcd = h.startEtcd(bin, h.fencerun.err)
 	}
 	return h, nil

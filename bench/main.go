@@ -53,12 +53,20 @@ func main() {
 	flag.IntVar(&cfg.ListRuns, "list-runs", cfg.ListRuns, "P6: recorded runs of list")
 	flag.IntVar(&cfg.SeqRuns, "seq-runs", cfg.SeqRuns, "P1 throughput: sequential `run -- true` per tool")
 	flag.IntVar(&cfg.SeqBlock, "seq-block", cfg.SeqBlock, "P1 throughput: runs per block; blocks of each tool alternate")
-	flag.IntVar(&cfg.Drain, "drain", cfg.Drain, "P2 drain: waiters queued behind one holder")
-	flag.IntVar(&cfg.DrainRounds, "drain-rounds", cfg.DrainRounds, "P2 drain: recorded rounds per tool")
+	flag.Func("drain", "P2 drain: queue lengths, comma-separated (default 10,100,500,1000)", func(v string) (err error) {
+		cfg.DrainSizes, err = counts(v)
+		return err
+	})
+	flag.IntVar(&cfg.DrainRounds, "drain-rounds", cfg.DrainRounds, "P2 drain: recorded rounds per tool and length")
+	flag.Func("idle", "P8: idle queue lengths, comma-separated (default 10,100,1000)", func(v string) (err error) {
+		cfg.IdleSizes, err = counts(v)
+		return err
+	})
+	flag.DurationVar(&cfg.IdleWindow, "idle-window", cfg.IdleWindow, "P8: how long a queue at rest is measured")
 	flag.IntVar(&cfg.BenchCount, "bench-count", cfg.BenchCount, "-count for the store's Go benchmarks (6 for benchstat); 0 skips them")
 	flag.DurationVar(&cfg.Guard, "guard", cfg.Guard, "kill any process of the harness that runs longer (a failure guard)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work directory, to look at state and stderr files")
-	only := flag.String("only", "", "measure only these figures, comma-separated (p1,…,p7; p4 brings p5), and print the table without writing -out unless it is given")
+	only := flag.String("only", "", "measure only these figures, comma-separated (p1,…,p8; p4 brings p5), and print the table without writing -out unless it is given")
 	flag.StringVar(&cfg.Etcdctl, "etcdctl", "", "P7: the current etcdctl to measure beside Debian's (default: build it from the module proxy at the etcd client's version; none: Debian's only)")
 	flag.Parse()
 	onlyGiven := false
@@ -66,7 +74,7 @@ func main() {
 	if onlyGiven && strings.TrimSpace(*only) == "" {
 		// Not a full run that rewrites BENCHMARKS.md: -only "$UNSET" asked
 		// for a part.
-		fmt.Fprintln(os.Stderr, `bench: -only "" names no figure: give p1 … p7, comma-separated, or leave -only out to measure all`)
+		fmt.Fprintln(os.Stderr, `bench: -only "" names no figure: give p1 … p8, comma-separated, or leave -only out to measure all`)
 		os.Exit(2)
 	}
 	if cfg.Etcdctl != "" && cfg.Etcdctl != "none" {
@@ -141,7 +149,7 @@ func (h *harness) measure() []row {
 		file := h.filePair("P2")
 		rows = append(rows, h.handoff(h.withFloor(file))...)
 		rows = append(rows, h.handoffRate(file))
-		rows = append(rows, h.drain(file)...)
+		rows = append(rows, h.drains(file)...)
 	}
 	if h.cfg.wants("P3") {
 		rows = append(rows, h.revoke(h.fencerun, atMost(0.100, seconds))...)
@@ -167,7 +175,25 @@ func (h *harness) measure() []row {
 	if h.cfg.wants("P6") {
 		rows = append(rows, h.keys()...)
 	}
+	if h.cfg.wants("P8") {
+		rows = append(rows, h.idle(h.filePair("P8"), nil, atMost(0.001, seconds))...)
+		e := h.etcd
+		rows = append(rows, h.idle(e.pair(), e.serverPid, ratioAtMost(1))...)
+	}
 	return rows
+}
+
+// counts parses a comma-separated list of counts.
+func counts(v string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // goBench runs the store's Go benchmarks and returns their output for

@@ -370,7 +370,7 @@ func (h *harness) settle(t *tool, l lockSpec, p *proc, ahead int) error {
 // under one lock LoopRuns times, so every run but the first waits in a queue.
 func (h *harness) handoffRate(pr pair) row {
 	h.progress("%s handoff rate, %d waiters, %s and %s", pr.id, h.cfg.LoopWaiters, pr.subj.name, pr.peer.name)
-	pr.alt = nil // the drain below has the --cgroup off figure
+	pr.alt = nil // the handoff has the --cgroup off figure
 	r := newRow(pr.id, fmt.Sprintf("handoffs per second, %d waiters in a loop", h.cfg.LoopWaiters), perSec, pr.peer.name, goal{text: "—"})
 	tools, samples := pr.tools(), []*sample{r.subj, r.peer}
 	specs := h.specs(strings.ToLower(pr.id)+"-rate", tools, samples)
@@ -420,80 +420,6 @@ func (h *harness) loopRound(t *tool, l lockSpec) (float64, error) {
 		return 0, errors.New("handoff loop: no time passed between completions")
 	}
 	return float64(len(win)-1) / span, nil
-}
-
-// drain is P2's queue: Drain waiters queued behind one holder, all asleep,
-// then the holder let go; the figure is how many handoffs a second the
-// queue drains at, from the holder's command exiting to the last waiter's
-// command ending.
-func (h *harness) drain(pr pair) []row {
-	h.progress("%s queue drain, %d waiters, %s", pr.id, h.cfg.Drain, names(pr.tools()))
-	rows, samples := pr.rows(fmt.Sprintf("queue drain: %d waiters behind one holder, handoffs per second", h.cfg.Drain), perSec, goal{text: "—"})
-	tools := pr.tools()
-	specs := h.specs(strings.ToLower(pr.id)+"-drain", tools, samples)
-	interleave(tools, samples, 0, h.cfg.DrainRounds, func(j int, t *tool, _ bool) (float64, error) {
-		return h.drainOnce(t, specs[j])
-	})
-	return rows
-}
-
-func (h *harness) drainOnce(t *tool, l lockSpec) (float64, error) {
-	fifo := filepath.Join(l.files, "go")
-	exitStamp := filepath.Join(l.files, "t_exit")
-	_ = os.Remove(exitStamp)
-	holder, w, err := h.startFIFOHolder(t, l, fifo, exitStamp)
-	if err != nil {
-		return 0, err
-	}
-	waiters := make([]*proc, 0, h.cfg.Drain)
-	stop := func() {
-		w.Close()
-		holder.kill()
-		for _, p := range waiters {
-			p.kill()
-		}
-	}
-	// One at a time, each seen queued before the next starts, so that the
-	// queue's order is known and every waiter is in it.
-	for range h.cfg.Drain {
-		p, err := h.start(t.argv(l, "true"))
-		if err != nil {
-			stop()
-			return 0, err
-		}
-		waiters = append(waiters, p)
-		if err := h.settle(t, l, p, len(waiters)); err != nil {
-			stop()
-			return 0, err
-		}
-	}
-	_, werr := w.WriteString("\n")
-	errs := []error{werr, w.Close(), holder.wait(0)}
-	var last time.Time
-	for _, p := range waiters {
-		errs = append(errs, p.wait(0))
-		if p.ended.After(last) {
-			last = p.ended
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		stop()
-		return 0, err
-	}
-	exited, err := readStamp(exitStamp)
-	if err != nil {
-		return 0, fmt.Errorf("holder's stamp: %w", err)
-	}
-	var now unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
-		return 0, err
-	}
-	// p.ended is wall time; the stamp is CLOCK_MONOTONIC: convert through now.
-	span := time.Duration(now.Nano()-exited) - time.Since(last)
-	if span <= 0 {
-		return 0, errors.New("queue drain: the last waiter ended before the holder's command exited")
-	}
-	return float64(h.cfg.Drain) / span.Seconds(), nil
 }
 
 // revoke is P3: from issuing `release --force` to the holder's whole tree
