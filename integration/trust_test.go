@@ -498,8 +498,20 @@ else:
 
 // S9: a next holder that cannot stop a dead holder's leftovers (another
 // member's processes in a group store, without a cgroup to kill them by)
-// never starts beside them: it exits 125 naming their pid and uid.
+// never starts beside them: it exits 125 naming their pid and uid. One
+// that left the command's group and session with setsid, whose marker
+// only root can read, is refused too (issue 26, point 3: bob started
+// beside it, 5/5).
 func TestLeftoversOfAnotherMemberAreNotStartedBeside(t *testing.T) {
+	for _, tc := range []struct{ name, leftover string }{
+		{"in the group", "sleep 1000"},
+		{"setsid", "setsid sleep 1000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testLeftoversOfAnotherMember(t, tc.leftover) })
+	}
+}
+
+func testLeftoversOfAnotherMember(t *testing.T, leftover string) {
 	group, _ := addGroup(t)
 	alice, bob := addUser(t, group), addUser(t, group)
 	t.Parallel()
@@ -513,7 +525,7 @@ func TestLeftoversOfAnotherMemberAreNotStartedBeside(t *testing.T) {
 	os.Chmod(work, 0o777)
 
 	holder := alice.as(exec.Command(bin, "--dir", storeDir, "run", "--key", "k", "--cgroup", "off", "--",
-		"sh", "-c", `sleep 1000 & echo $! > pids.tmp && mv pids.tmp pids; wait`))
+		"sh", "-c", leftover+` & echo $! > pids.tmp && mv pids.tmp pids; wait`))
 	holder.Dir = work
 	holder.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work}
 	if err := holder.Start(); err != nil {
