@@ -325,9 +325,13 @@ func (c *cgroup) track(max int) []member {
 	return ms
 }
 
-// pids lists the processes of the cgroup and of the cgroups below it.
+// pids lists the processes of the cgroup and of the cgroups below it,
+// each once. A threaded cgroup (the command may make one below its own,
+// or make its own one) has no process list: its threads' processes are
+// read from its cgroup.threads.
 func (c *cgroup) pids() ([]int, error) {
 	var pids []int
+	seen := map[int]bool{}
 	err := filepath.WalkDir(c.path, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -339,6 +343,10 @@ func (c *cgroup) pids() ([]int, error) {
 			return nil
 		}
 		b, err := readProcFile(filepath.Join(path, "cgroup.procs"))
+		threads := errors.Is(err, syscall.EOPNOTSUPP)
+		if threads {
+			b, err = readProcFile(filepath.Join(path, "cgroup.threads"))
+		}
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
 				return nil
@@ -346,7 +354,12 @@ func (c *cgroup) pids() ([]int, error) {
 			return err
 		}
 		for _, f := range bytes.Fields(b) {
-			if pid, err := strconv.Atoi(string(f)); err == nil {
+			pid, err := strconv.Atoi(string(f))
+			if err == nil && threads {
+				pid, err = threadGroup(pid)
+			}
+			if err == nil && !seen[pid] {
+				seen[pid] = true
 				pids = append(pids, pid)
 			}
 		}
@@ -356,6 +369,20 @@ func (c *cgroup) pids() ([]int, error) {
 		return nil, fmt.Errorf("supervisor: reading the processes of cgroup %s: %w", c.path, err)
 	}
 	return pids, nil
+}
+
+// threadGroup is the process (thread group id) thread tid is of.
+func threadGroup(tid int) (int, error) {
+	b, err := readProcFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for l := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("supervisor: /proc/%d/status has no Tgid", tid)
 }
 
 // has reports whether pid is a live process of the cgroup or below it.

@@ -169,6 +169,61 @@ func TestLeftoverOutsideItsCgroupIsStopped(t *testing.T) {
 	}
 }
 
+// Issue 26, point 7: a command that made a threaded cgroup below its own
+// and moved a thread there (reading that cgroup's cgroup.procs fails with
+// EOPNOTSUPP) wedged the key after its wrapper's SIGKILL: every later run
+// exited 125. Its processes are read from the domain above, which lists
+// them, and the leftover is stopped.
+func TestThreadedCgroupBelowTheCommandsIsStopped(t *testing.T) {
+	h := hierarchy(t)
+	e := newEnv(t)
+	path := h.NewPath()
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
+		for i := 0; i < 100; i++ {
+			os.Remove(filepath.Join(path, "t"))
+			if err := os.Remove(path); err == nil || os.IsNotExist(err) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	if err := bindCgroup(path, e.marker); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `mkdir "$0/t" && echo threaded > "$0/t/cgroup.type" && echo $$ > "$0/t/cgroup.threads" && echo $$ > $INBOX && exec sleep 1000`, path)
+	cmd.Env = e.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: int(d.Fd())}
+	err = cmd.Start()
+	d.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	q := e.inbox.nextPid(t)
+	host, _ := os.Hostname()
+	l := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: e.marker}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if n, err := CountLeftovers(l); err != nil || n != 1 {
+		t.Errorf("CountLeftovers: %d, %v; want 1", n, err)
+	}
+	if n, err := StopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 1 {
+		t.Fatalf("StopLeftovers: %d, %v; want 1, nil", n, err)
+	}
+	requireGone(t, q, false)
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the dead holder's cgroup is still there: %v", err)
+	}
+}
+
 // S9: a record may name only the cgroup its own run made. A shared
 // store's member, or a private store's legacy or hand-made record, that
 // writes another run's cgroup path into a record, say a root job of
