@@ -691,3 +691,43 @@ func TestForgedLeftoverRecordKillsNothingElse(t *testing.T) {
 		t.Errorf("root's next holder killed pid %d, a process that was never the dead holder's, named by a member's record", vpid)
 	}
 }
+
+// S9: a member who cannot stop root's leftovers in a group store (root's
+// command's cgroup, which the member may not kill) is told their pids and
+// uid, and does not start beside them; before, the message was
+// "cgroup.kill: permission denied".
+func TestMemberIsToldWhoseLeftoversItCannotStop(t *testing.T) {
+	group, _ := addGroup(t)
+	bob := addUser(t, group)
+	t.Parallel()
+	base := sharedDir(t)
+	storeDir := filepath.Join(base, "store")
+	if code, out := runAs(t, nil, base, "init", "--group", group, storeDir); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, out)
+	}
+	work := filepath.Join(base, "w")
+	os.Mkdir(work, 0o777)
+	os.Chmod(work, 0o777)
+	cg := newTestCgroup(t)
+	holder := exec.Command(bin, "--dir", storeDir, "run", "--key", "k", "--cgroup", "require", "--",
+		"sh", "-c", `setsid sleep 1000 & echo $! > pids.tmp && mv pids.tmp pids; wait`)
+	holder.Dir = work
+	holder.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work}
+	cg.start(t, holder)
+	left := readPids(waitPidFile(t, filepath.Join(work, "pids")))
+	t.Cleanup(func() { syscall.Kill(left[0], syscall.SIGKILL) })
+	waitRecordedIn(t, storeDir, "k")
+	holder.Process.Kill()
+	holder.Wait()
+
+	code, out := runAs(t, &bob, work, "--dir", storeDir, "run", "--key", "k", "--cgroup", "off", "--grace", "0.2s", "--", "touch", "bob-ran")
+	if code != 125 || !strings.Contains(out, fmt.Sprintf("pid %d (uid 0)", left[0])) {
+		t.Errorf("bob beside root's leftover pid %d: exit %d: %s", left[0], code, out)
+	}
+	if _, err := os.Stat(filepath.Join(work, "bob-ran")); err == nil {
+		t.Error("bob's command ran beside root's leftovers")
+	}
+	if !alive(left[0]) {
+		t.Errorf("root's leftover pid %d is gone; the test did not test anything", left[0])
+	}
+}

@@ -401,6 +401,22 @@ func (c *cgroup) kill() error {
 	return nil
 }
 
+// cannotStop is the error of a cgroup.kill that failed with err: where
+// this process may not write it (another user's cgroup: root's, in a
+// group store), it names the processes left in it and their uids, which
+// is what whoever reads the message must know.
+func (c *cgroup) cannotStop(err error) error {
+	pids, perr := c.pids()
+	if !errors.Is(err, fs.ErrPermission) || perr != nil || len(pids) == 0 {
+		return err
+	}
+	errs := make([]error, len(pids))
+	for i, pid := range pids {
+		errs[i] = cannotStopPid(pid, fs.ErrPermission)
+	}
+	return errors.Join(errs...)
+}
+
 // remove removes the cgroup and the (empty) cgroups nested in it, deepest
 // first: a nested fencerun that was killed leaves its own behind. The
 // usual cgroup has none, and goes with one rmdir.

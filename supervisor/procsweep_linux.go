@@ -288,7 +288,7 @@ func (ps *procSweep) failures() error {
 	}
 	var errs []error
 	for k, err := range ps.unkillable {
-		errs = append(errs, fmt.Errorf("supervisor: cannot stop pid %d (uid %s): %w", k.pid, procUID(k.pid), err))
+		errs = append(errs, cannotStopPid(k.pid, err))
 	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)

@@ -169,7 +169,7 @@ func (s *sweep) runCgroup(timer fence.Timer, events int) error {
 			killed = true
 			s.log.Warn("grace is over, killing what is left", "cgroup", s.cg.path)
 			if err := s.cg.kill(); err != nil {
-				return err
+				return s.cg.cannotStop(err)
 			}
 		}
 		if !killed {
@@ -238,6 +238,11 @@ func drain(fd int) {
 			return
 		}
 	}
+}
+
+// cannotStopPid says that pid, whose uid it names, could not be stopped.
+func cannotStopPid(pid int, err error) error {
+	return fmt.Errorf("supervisor: cannot stop pid %d (uid %s): %w", pid, procUID(pid), err)
 }
 
 // procUID is the real uid of pid as /proc shows it, for messages: a
