@@ -339,3 +339,72 @@ func TestOnceWaiterGivesUpWhenItsIDIsDone(t *testing.T) {
 		})
 	}
 }
+
+// O1 across users: in a group store, runs of one ID by root and two
+// members at once run the command once; the done file gets the store's
+// mode and group, so a member's once-reset reopens what root did.
+func TestOnceAcrossUsersOfAGroupStore(t *testing.T) {
+	group, gid := addGroup(t)
+	alice, bob := addUser(t, group), addUser(t, group)
+	base := sharedDir(t)
+	storeDir := filepath.Join(base, "store")
+	if code, out := runAs(t, nil, base, "init", "--group", group, storeDir); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, out)
+	}
+	witness := filepath.Join(base, "witness")
+	os.WriteFile(witness, nil, 0o666)
+	os.Chmod(witness, 0o666)
+	run := func(u *testUser) (int, string) {
+		return runAs(t, u, base, "--dir", storeDir, "--log-level", "info", "run", "--key", "close", "--once", "2026-11", "--", "sh", "-c", `echo "$FENCERUN_ONCE $FENCERUN_FENCE $(id -u)" >> "$1"; sleep 0.3`, "sh", witness)
+	}
+	var wg sync.WaitGroup
+	skipped := 0
+	var mu sync.Mutex
+	for _, u := range []*testUser{nil, &alice, &bob} {
+		wg.Go(func() {
+			code, out := run(u)
+			if code != 0 {
+				t.Errorf("run as %v: exit %d: %s", u, code, out)
+			}
+			if strings.Contains(out, "was done by") {
+				mu.Lock()
+				skipped++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if got := witnessed(t, witness)["2026-11"]; len(got) != 1 || skipped != 2 {
+		t.Fatalf("3 users' runs: the command ran %d times (%v), %d said it was done; want 1 and 2", len(got), got, skipped)
+	}
+	var st syscall.Stat_t
+	done := filepath.Join(storeDir, "keys", "k-close", "done")
+	if err := syscall.Stat(done, &st); err != nil || st.Mode&0o7777 != 0o660 || int(st.Gid) != gid {
+		t.Errorf("%s: mode %#o group %d (%v), want 0660 group %d", done, st.Mode&0o7777, st.Gid, err, gid)
+	}
+	if code, out := runAs(t, &bob, base, "--dir", storeDir, "once-reset", "close", "2026-11", "--force"); code != 0 || !strings.Contains(out, "reopened") {
+		t.Fatalf("once-reset as a member: exit %d: %s", code, out)
+	}
+	if code, out := run(&alice); code != 0 || strings.Contains(out, "was done by") {
+		t.Fatalf("a run after once-reset: exit %d: %s", code, out)
+	}
+	if got := witnessed(t, witness)["2026-11"]; len(got) != 2 {
+		t.Fatalf("after once-reset the command ran %d times in all, want 2: %v", len(got), got)
+	}
+}
+
+// A fencerun nested in an --once run's command does not take the
+// command's FENCERUN_ONCE for its own --once: two nested runs of another
+// key both run.
+func TestOnceNotInheritedByANestedRun(t *testing.T) {
+	dir := t.TempDir()
+	witness := filepath.Join(dir, "witness")
+	nested := bin + ` run --key inner -- sh -c 'echo "inner $FENCERUN_FENCE x" >> "$1"' sh "$1"`
+	c := fencerun(dir, "run", "--key", "outer", "--once", "o1", "--", "sh", "-c", nested+"; "+nested, "sh", witness)
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("outer run: %v: %s", err, out)
+	}
+	if got := witnessed(t, witness)["inner"]; len(got) != 2 {
+		t.Fatalf("the nested runs ran %d times, want 2: %v", len(got), got)
+	}
+}

@@ -153,10 +153,13 @@ func (g *Globals) absDir() error {
 // command is given). Read as the --key and --resident of a nested
 // fencerun, they would make it queue behind its own parent forever;
 // FENCERUN_TICK tells that they came from a fencerun, not from the user.
+// FENCERUN_ONCE is the enclosing run's ID: read as a nested run's --once,
+// it would skip the second of two nested runs of one key.
 func hideEnclosingLease() {
 	if os.Getenv("FENCERUN_TICK") != "" {
 		os.Unsetenv("FENCERUN_KEY")
 		os.Unsetenv("FENCERUN_RESIDENT")
+		os.Unsetenv("FENCERUN_ONCE")
 	}
 }
 

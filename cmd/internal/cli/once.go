@@ -170,7 +170,7 @@ func printDone(w io.Writer, done []store.Done, now time.Time) {
 	if len(done) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "done:     %d IDs, newest first\n", len(done))
+	fmt.Fprintf(w, "done IDs: %d, newest first\n", len(done))
 	for i, d := range done {
 		if i == shownDone {
 			fmt.Fprintf(w, "  ... %d more (status --json lists them all)\n", len(done)-shownDone)
