@@ -28,7 +28,7 @@ func benchRunTrue(b *testing.B, h *Hierarchy) {
 		if h != nil {
 			cfg.Cgroup = h.NewPath()
 		}
-		p, err := Start(cfg)
+		p, err := start(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func benchStopSleep(b *testing.B, h *Hierarchy) {
 		if h != nil {
 			cfg.Cgroup = h.NewPath()
 		}
-		p, err := Start(cfg)
+		p, err := start(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

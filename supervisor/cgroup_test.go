@@ -53,7 +53,7 @@ func TestCgroupContainsTheTree(t *testing.T) {
 	h := hierarchy(t)
 	e := newEnv(t)
 	path := h.NewPath()
-	p, err := Start(Config{Argv: []string{"sh", "-c",
+	p, err := start(Config{Argv: []string{"sh", "-c",
 		`cat /proc/self/cgroup > $INBOX.cg; setsid sh -c 'trap "" TERM; echo $$ > $INBOX; while :; do sleep 1; done' & sleep 1000`},
 		Env: e.env, Grace: 100 * time.Millisecond, Cgroup: path})
 	if err != nil {
@@ -93,7 +93,7 @@ func TestGraceOnInjectedClock(t *testing.T) {
 			}
 			clock := fencetest.NewFakeClock(time.Hour)
 			cfg.Clock = clock
-			p, err := Start(cfg)
+			p, err := start(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,7 +160,7 @@ func TestLeftoverOutsideItsCgroupIsStopped(t *testing.T) {
 	l := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: dead, Marker: e.marker, Group: store.ProcessID{ID: lq.pid, Start: lq.start}}
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
-	if _, err := StopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil {
+	if _, err := stopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	requireGone(t, escapee, false)
@@ -212,11 +212,11 @@ func TestThreadedCgroupBelowTheCommandsIsStopped(t *testing.T) {
 	l := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: e.marker}
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
-	if n, err := CountLeftovers(l); err != nil || n != 1 {
-		t.Errorf("CountLeftovers: %d, %v; want 1", n, err)
+	if n, err := countLeftovers(l); err != nil || n != 1 {
+		t.Errorf("countLeftovers: %d, %v; want 1", n, err)
 	}
-	if n, err := StopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 1 {
-		t.Fatalf("StopLeftovers: %d, %v; want 1, nil", n, err)
+	if n, err := stopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 1 {
+		t.Fatalf("stopLeftovers: %d, %v; want 1, nil", n, err)
 	}
 	requireGone(t, q, false)
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
@@ -242,7 +242,7 @@ func testRecordNamesOnlyItsOwnRunsCgroup(t *testing.T, shared bool) {
 	h := hierarchy(t)
 	e := newEnv(t)
 	path := h.NewPath()
-	p, err := Start(Config{Argv: []string{"sh", "-c", `echo $$ > $INBOX; exec sleep 1000`},
+	p, err := start(Config{Argv: []string{"sh", "-c", `echo $$ > $INBOX; exec sleep 1000`},
 		Env: e.env, Marker: e.marker, Grace: 100 * time.Millisecond, Cgroup: path})
 	if err != nil {
 		t.Fatal(err)
@@ -257,14 +257,14 @@ func testRecordNamesOnlyItsOwnRunsCgroup(t *testing.T, shared bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	forged := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: other, Shared: shared}
-	if n, err := StopLeftovers(ctx, forged, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 0 {
+	if n, err := stopLeftovers(ctx, forged, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 0 {
 		t.Errorf("a forged record: found %d, %v; want 0, nil", n, err)
 	}
 	if cur, err := readProc(victim.pid); err != nil || cur.start != victim.start || cur.dead() {
 		t.Fatalf("a record naming another run's cgroup stopped pid %d", victim.pid)
 	}
 	own := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: e.marker, Shared: shared}
-	if n, err := StopLeftovers(ctx, own, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n == 0 {
+	if n, err := stopLeftovers(ctx, own, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n == 0 {
 		t.Errorf("the run's own record: found %d, %v; want its process stopped", n, err)
 	}
 	wait(t, p)

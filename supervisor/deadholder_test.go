@@ -64,10 +64,10 @@ func TestForkHopperOfADeadHolderIsStopped(t *testing.T) {
 	l := store.Leftover{HolderPID: 1 << 22, Host: host, Marker: e.marker, Group: store.ProcessID{ID: pgid, Start: first.start}}
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
-	if _, err := StopLeftovers(ctx, l, StopConfig{Grace: 200 * time.Millisecond}); err != nil {
+	if _, err := stopLeftovers(ctx, l, StopConfig{Grace: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if n := liveInGroup(t, pgid); n != 0 {
-		t.Errorf("StopLeftovers returned with %d live processes of the hopper's group %d", n, pgid)
+		t.Errorf("stopLeftovers returned with %d live processes of the hopper's group %d", n, pgid)
 	}
 }

@@ -21,7 +21,7 @@
 // empty. Start makes it, once the caller holds the lease it is recorded
 // in, just before the command starts: a run that waits or dies before its
 // start leaves no cgroup, and one whose wrapper dies later leaves it named
-// in its lease's record, for the next holder's StopLeftovers.
+// in its lease's record, for the next holder's StopTrees.
 //
 // Without one, the command's tree is found among the descendants of this
 // process: the command's process group; the processes reparented to this
@@ -33,12 +33,20 @@
 // reparented here in between: a process that forks in a loop cannot slip
 // between two readings.
 //
-// StopLeftovers, for a run whose wrapper died, stops a store.Leftover: its
+// StopTrees, for runs whose wrapper died, stops each store.Leftover: its
 // cgroup where it had one (exact), else every process of the host carrying
 // its marker (checked to have the form package fence gives out), in its
 // process group or in its session (each id checked against the leader's
 // start time, so a reused id is never signalled), and their descendants.
-// It never acts on another host's leftovers.
+// A record directs signals only where the tree proves it is the record's
+// (S9): a cgroup bound to its marker (treeXattr), the dead holder's own
+// session, a group with a process carrying the marker or in that session.
+// The recorded group is signalled as a whole (frozen by SIGSTOP before
+// SIGKILL), and is gone only when the kernel finds no process in it. It
+// never acts on another host's leftovers.
+//
+// A process is gone when its whole thread group is: a leader whose own
+// thread ended (pthread_exit in main) reads Z while its other threads run.
 //
 // It guarantees:
 //
@@ -82,14 +90,19 @@
 //   - that a process is found that is not below this one (without a
 //     cgroup) or not in the cgroup: started on the command's request by a
 //     daemon outside the tree (systemd-run, at, docker);
-//   - without a cgroup, that StopLeftovers finds a leftover that left the
+//   - without a cgroup, that StopTrees finds a leftover that left the
 //     command's process group (and the wrapper's session, if it led one)
 //     and cleared or rewrote its environment, and was reparented to init
-//     when its wrapper died; a cgroup finds it;
+//     when its wrapper died; a cgroup finds it; nor, without a cgroup, a
+//     dead holder's process that forks and exits in a loop outside the
+//     recorded group (after setsid): it may be gone from every reading;
+//   - that a dead holder's recorded group is stopped whole when none of
+//     its processes carries the marker and the holder led no session
+//     (every one cleared its environment): only its marked ones are;
 //   - that processes running as another user (sudo -u, su) can be stopped
 //     by a wrapper that is not root without a cgroup: their environment
 //     cannot be read and signals to them fail; Stop logs them and does not
-//     wait for them, and StopLeftovers returns an error naming them;
+//     wait for them, and StopTrees returns an error naming them;
 //   - that a job stop reaches processes of the tree outside the command's
 //     group before this process stops (they are sent SIGSTOP just before),
 //     or that a command which ignores SIGTSTP sent to this process stops:

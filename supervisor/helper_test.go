@@ -62,7 +62,7 @@ func helper(mode string, args []string) int {
 			defer other.Process.Kill()
 		}
 		grace, _ := time.ParseDuration(os.Getenv("TEST_GRACE"))
-		p, err := Start(Config{Argv: args, Env: os.Environ(), Grace: grace})
+		p, err := start(Config{Argv: args, Env: os.Environ(), Grace: grace})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			if ee, ok := err.(*ExecError); ok {
@@ -224,7 +224,7 @@ func newEnv(t *testing.T) *env {
 // start runs argv under a Process that the test's cleanup stops.
 func (e *env) start(grace time.Duration, argv ...string) *Process {
 	e.t.Helper()
-	p, err := Start(Config{Argv: argv, Env: e.env, Marker: e.marker, Grace: grace})
+	p, err := start(Config{Argv: argv, Env: e.env, Marker: e.marker, Grace: grace})
 	if err != nil {
 		e.t.Fatalf("Start(%q): %v", argv, err)
 	}
@@ -296,4 +296,10 @@ func waitGone(t *testing.T, q proc) {
 		}
 	}
 	t.Fatalf("pid %d did not end within %v", q.pid, guard)
+}
+
+// start is Prepare(cfg).Start(cfg.Env, cfg.Logger), the one way to start
+// a command.
+func start(cfg Config) (*Process, error) {
+	return Prepare(cfg).Start(cfg.Env, cfg.Logger)
 }

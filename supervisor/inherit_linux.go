@@ -113,9 +113,9 @@ func commandFiles() []uintptr {
 	return files
 }
 
-// ErrDescriptorLimit: a descriptor this process's parent passed on is too
+// errDescriptorLimit: a descriptor this process's parent passed on is too
 // high for the open-file limit to start the command with it.
-var ErrDescriptorLimit = errors.New("supervisor: an inherited descriptor does not fit under the open-file limit")
+var errDescriptorLimit = errors.New("supervisor: an inherited descriptor does not fit under the open-file limit")
 
 // descriptorsFit checks that the command can be started with every
 // inherited descriptor at its own number: the fork moves its own error
@@ -132,5 +132,5 @@ func descriptorsFit() error {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || uint64(high)+2 < rl.Cur {
 		return nil
 	}
-	return fmt.Errorf("%w: descriptor %d is open, and the limit (ulimit -n) is %d: raise it to %d or more, or close the descriptor", ErrDescriptorLimit, high, rl.Cur, high+3)
+	return fmt.Errorf("%w: descriptor %d is open, and the limit (ulimit -n) is %d: raise it to %d or more, or close the descriptor", errDescriptorLimit, high, rl.Cur, high+3)
 }

@@ -107,7 +107,7 @@ func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.S
 				if fresh || more {
 					fresh = false
 					p.log.Debug("the command stopped on the terminal with a signal sent to it since: continuing it to act on that first", "signal", logfield.Signal(sig))
-					if err := p.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, ErrFinished) {
+					if err := p.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, errFinished) {
 						p.log.Debug("continuing the command", "error", err)
 					}
 					continue
@@ -214,7 +214,7 @@ func (p *Process) forwardWaiting(forward <-chan os.Signal, ends func(os.Signal) 
 func (p *Process) forward(s os.Signal) {
 	sig := s.(syscall.Signal)
 	p.log.Debug("forwarding signal", "signal", logfield.Signal(sig))
-	if err := p.Signal(sig); err != nil && !errors.Is(err, ErrFinished) {
+	if err := p.Signal(sig); err != nil && !errors.Is(err, errFinished) {
 		p.log.Debug("forwarding signal", "signal", logfield.Signal(sig), "error", err)
 	}
 }

@@ -19,9 +19,9 @@ import (
 	"github.com/fencerun/fencerun/store"
 )
 
-// ErrOtherHost: a leftover runs on another host; only a process there may
+// errOtherHost: a leftover runs on another host; only a process there may
 // stop or count it.
-var ErrOtherHost = errors.New("supervisor: leftovers on another host")
+var errOtherHost = errors.New("supervisor: leftovers on another host")
 
 // StopConfig says how to stop the leftovers of a dead holder.
 type StopConfig struct {
@@ -31,11 +31,11 @@ type StopConfig struct {
 	Clock      fence.Clock  // nil: CLOCK_BOOTTIME
 }
 
-// StopLeftovers stops a tree whose wrapper died (see store.Leftover), as
+// stopLeftovers stops a tree whose wrapper died (see store.Leftover), as
 // a running command's is stopped: the stop signal and SIGCONT, the grace,
 // then SIGKILL (cgroup.kill where it had a cgroup, which it then removes).
 // It returns how many processes it found, and nil only when all of them
-// are gone; an error wrapping ErrOtherHost for another host's leftover (it
+// are gone; an error wrapping errOtherHost for another host's leftover (it
 // touches nothing), one naming the processes it could not signal (another
 // user's), or ctx's cause when ctx ends first, and then some may be left.
 //
@@ -47,7 +47,7 @@ type StopConfig struct {
 // that carry the marker). A record that proves nothing (a legacy one
 // whose cgroup is unbound, or one naming processes that are not its
 // run's) stops nothing of what it names.
-func StopLeftovers(ctx context.Context, l store.Leftover, cfg StopConfig) (int, error) {
+func stopLeftovers(ctx context.Context, l store.Leftover, cfg StopConfig) (int, error) {
 	cfg = cfg.withDefaults()
 	t, err := findLeftovers(l, cfg.Logger, true)
 	if err != nil {
@@ -123,11 +123,11 @@ func (t *leftoverTree) stop(ctx context.Context, cfg StopConfig) error {
 	return s.run()
 }
 
-// CountLeftovers counts the live processes of a dead holder's tree on this
-// host (an error wrapping ErrOtherHost for another host's). It signals
+// countLeftovers counts the live processes of a dead holder's tree on this
+// host (an error wrapping errOtherHost for another host's). It signals
 // nothing, so it reads a private record's cgroup without its binding
 // (status counts a live holder's).
-func CountLeftovers(l store.Leftover) (int, error) {
+func countLeftovers(l store.Leftover) (int, error) {
 	t, err := findLeftovers(l, hclog.NewNullLogger(), false)
 	if err != nil {
 		return 0, err
@@ -139,7 +139,7 @@ func CountLeftovers(l store.Leftover) (int, error) {
 // leftoverTree is how to find a dead holder's tree on this host.
 type leftoverTree struct {
 	l      store.Leftover
-	acting bool    // StopLeftovers: it may signal (CountLeftovers: it only reads)
+	acting bool    // stopLeftovers: it may signal (countLeftovers: it only reads)
 	marker string  // l.Marker if validMarker, else ""
 	cg     *cgroup // its cgroup, where it is there and may be acted on
 	// group is l.Group's id once a reading found it live and proven the
@@ -176,7 +176,7 @@ func (t *leftoverTree) count() (int, error) {
 // (see procs).
 func findLeftovers(l store.Leftover, log hclog.Logger, acting bool) (*leftoverTree, error) {
 	if host, _ := os.Hostname(); l.Host != "" && l.Host != host {
-		return nil, fmt.Errorf("%w: %s (dead holder pid %d)", ErrOtherHost, l.Host, l.HolderPID)
+		return nil, fmt.Errorf("%w: %s (dead holder pid %d)", errOtherHost, l.Host, l.HolderPID)
 	}
 	t := &leftoverTree{l: l, acting: acting, marker: l.Marker}
 	if t.marker != "" && !validMarker(t.marker) {
@@ -431,15 +431,15 @@ func OwnSession() store.ProcessID {
 }
 
 // StopTrees stops every tree of trees that runs on this host, one after
-// the other (see StopLeftovers), and returns how many processes it found.
+// the other (see stopLeftovers), and returns how many processes it found.
 // elsewhere are the trees on other hosts, left untouched: when err is nil,
 // every other one is known gone.
 func StopTrees(ctx context.Context, trees []store.Leftover, cfg StopConfig) (n int, elsewhere []store.Leftover, err error) {
 	for _, t := range trees {
-		found, err := StopLeftovers(ctx, t, cfg)
+		found, err := stopLeftovers(ctx, t, cfg)
 		n += found
 		switch {
-		case errors.Is(err, ErrOtherHost):
+		case errors.Is(err, errOtherHost):
 			elsewhere = append(elsewhere, t)
 		case err != nil:
 			return n, elsewhere, fmt.Errorf("stopping the leftovers of dead holder pid %d: %w", t.HolderPID, err)
@@ -452,8 +452,8 @@ func StopTrees(ctx context.Context, trees []store.Leftover, cfg StopConfig) (n i
 func CountTrees(trees []store.Leftover) (int, error) {
 	n := 0
 	for _, t := range trees {
-		c, err := CountLeftovers(t)
-		if err != nil && !errors.Is(err, ErrOtherHost) {
+		c, err := countLeftovers(t)
+		if err != nil && !errors.Is(err, errOtherHost) {
 			return n, err
 		}
 		n += c

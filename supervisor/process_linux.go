@@ -19,9 +19,9 @@ import (
 	"github.com/fencerun/fencerun/store"
 )
 
-// ErrFinished: the command's tree is gone and its direct child reaped; there
+// errFinished: the command's tree is gone and its direct child reaped; there
 // is nothing left to signal.
-var ErrFinished = errors.New("supervisor: command finished")
+var errFinished = errors.New("supervisor: command finished")
 
 // Config says what to run and how to stop it.
 type Config struct {
@@ -90,18 +90,6 @@ type Process struct {
 	wake      int           // eventfd: the sweep's deadline moved
 }
 
-// Start runs the command. It fails with an *ExecError when the command is
-// not found (127) or cannot be executed (126), and with another error when
-// cfg is invalid or this process cannot supervise (it must be able to
-// become a child subreaper). It is Prepare(cfg).Start(cfg.Env, cfg.Logger).
-//
-// Start marks every descriptor of this process from 3 on close-on-exec;
-// the command gets 0, 1 and 2 and those this process's parent passed it
-// (see inherited), each at its own number, and nothing else.
-func Start(cfg Config) (*Process, error) {
-	return Prepare(cfg).Start(cfg.Env, cfg.Logger)
-}
-
 // Prepared is a command's start made ready ahead of it (Prepare): the
 // command looked up and this process a child subreaper. Nothing of the
 // command runs, and nothing is made, until Start.
@@ -112,11 +100,11 @@ type Prepared struct {
 	used bool
 }
 
-// Prepare does what Start does before the fork and needs neither the
-// command's final environment nor its logger. Its failures (the command
-// not found) are Start's: they are returned by Start, not here. cfg.Env is
-// only used to look the command up when cfg.Path is empty; the Env and
-// Logger given to Start are the command's.
+// Prepare does what Prepared.Start does before the fork and needs neither
+// the command's final environment nor its logger. Its failures (the
+// command not found) are Start's: they are returned by Start, not here.
+// cfg.Env is only used to look the command up when cfg.Path is empty; the
+// Env and Logger given to Start are the command's.
 func Prepare(cfg Config) *Prepared {
 	pr := &Prepared{cfg: cfg}
 	pr.err = pr.prepare()
@@ -165,8 +153,16 @@ func (pr *Prepared) makeCgroup(log hclog.Logger) (*cgroup, error) {
 
 // Start runs the prepared command with env, its whole environment (which
 // must hold the Config's Marker), logging to log (nil: none; name it
-// "supervisor"), as Start(cfg) does: it makes the command's cgroup, and
-// fails as Start does. It may be called once.
+// "supervisor"), in its cgroup, which it makes (Config.Cgroup). It fails
+// with an *ExecError when the command is not found (127) or cannot be
+// executed (126), and with another error when the Config is invalid or
+// this process cannot supervise (it must be able to become a child
+// subreaper). It may be called once; Prepare(cfg).Start(cfg.Env, log) is
+// the one way to start a command.
+//
+// Start marks every descriptor of this process from 3 on close-on-exec;
+// the command gets 0, 1 and 2 and those this process's parent passed it
+// (see inherited), each at its own number, and nothing else.
 func (pr *Prepared) Start(env []string, log hclog.Logger) (*Process, error) {
 	if pr.used {
 		return nil, errors.New("supervisor: a prepared start was used already")
@@ -491,12 +487,12 @@ func (p *Process) sweep() {
 // Signal sends sig to the command's process group and to every other live
 // process of its tree, and then SIGCONT to those of them that are stopped
 // (unless sig stops or continues, or job control holds the command
-// stopped). After Wait it returns ErrFinished.
+// stopped). After Wait it returns errFinished.
 func (p *Process) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.finished {
-		return ErrFinished
+		return errFinished
 	}
 	var errs []error
 	if p.foreign && nsInit() {

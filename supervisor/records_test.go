@@ -37,7 +37,7 @@ func TestRecordNamesOnlyItsOwnGroup(t *testing.T) {
 		{HolderPID: 1 << 22, Host: host, Marker: e.marker, Session: id},
 		{HolderPID: q.pid, Host: host, Marker: e.marker, Session: id},
 	} {
-		if n, err := StopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 0 {
+		if n, err := stopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 0 {
 			t.Errorf("%+v: found %d, %v; want 0, nil", l, n, err)
 		}
 		if !alive(q) {
@@ -67,7 +67,7 @@ func TestRecordedGroupProvenByItsMarker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	l := store.Leftover{HolderPID: 1 << 22, Host: host, Marker: e.marker, Group: store.ProcessID{ID: leader.pid, Start: leader.start}}
-	if n, err := StopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 2 {
+	if n, err := stopLeftovers(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil || n != 2 {
 		t.Errorf("found %d, %v; want 2, nil", n, err)
 	}
 	cmd.Wait()

@@ -38,8 +38,8 @@ func TestExitStatus(t *testing.T) {
 			if st != tc.want {
 				t.Errorf("status %+v, want %+v", st, tc.want)
 			}
-			if err := p.Signal(syscall.SIGTERM); !errors.Is(err, ErrFinished) {
-				t.Errorf("Signal after Wait: %v, want ErrFinished", err)
+			if err := p.Signal(syscall.SIGTERM); !errors.Is(err, errFinished) {
+				t.Errorf("Signal after Wait: %v, want errFinished", err)
 			}
 		})
 	}
@@ -77,7 +77,7 @@ func TestCannotRun(t *testing.T) {
 		{"PATH of the command, not ours", "script", "PATH=/nonexistent", NotFound, exec.ErrNotFound, "script"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Start(Config{Argv: []string{tc.argv0}, Env: []string{tc.env}})
+			_, err := start(Config{Argv: []string{tc.argv0}, Env: []string{tc.env}})
 			var ee *ExecError
 			if !errors.As(err, &ee) {
 				t.Fatalf("Start: %v, want an *ExecError", err)
@@ -100,7 +100,7 @@ func TestCannotRun(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(later, "twice"), []byte("#!/bin/sh\nexit 4\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		p, err := Start(Config{Argv: []string{"twice"}, Env: []string{"PATH=" + dir + ":" + later}})
+		p, err := start(Config{Argv: []string{"twice"}, Env: []string{"PATH=" + dir + ":" + later}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestCannotRun(t *testing.T) {
 	})
 
 	t.Run("found in the command's PATH", func(t *testing.T) {
-		p, err := Start(Config{Argv: []string{"script"}, Env: []string{pathEnv}})
+		p, err := start(Config{Argv: []string{"script"}, Env: []string{pathEnv}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +442,7 @@ func TestStopLeftovers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	host, _ := os.Hostname()
-	if _, err := StopLeftovers(ctx, store.Leftover{Host: host, Marker: e.marker}, StopConfig{StopSignal: syscall.SIGTERM, Grace: 300 * time.Millisecond}); err != nil {
+	if _, err := stopLeftovers(ctx, store.Leftover{Host: host, Marker: e.marker}, StopConfig{StopSignal: syscall.SIGTERM, Grace: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -97,12 +97,12 @@ func TestThreadGroupWithExitedLeaderIsStopped(t *testing.T) {
 		host, _ := os.Hostname()
 		ctx, cancel := context.WithTimeout(context.Background(), guard)
 		defer cancel()
-		n, err := StopLeftovers(ctx, store.Leftover{HolderPID: 1 << 22, Host: host, Marker: e.marker}, StopConfig{Grace: 100 * time.Millisecond})
+		n, err := stopLeftovers(ctx, store.Leftover{HolderPID: 1 << 22, Host: host, Marker: e.marker}, StopConfig{Grace: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n != 1 || liveThreads(pid) != 0 {
-			t.Errorf("StopLeftovers found %d; pid %d (leader exited) has %d live threads after it", n, pid, liveThreads(pid))
+			t.Errorf("stopLeftovers found %d; pid %d (leader exited) has %d live threads after it", n, pid, liveThreads(pid))
 		}
 	})
 }
