@@ -200,6 +200,21 @@ func TestTickFloodFromAnotherUser(t *testing.T) {
 	}
 }
 
+// groupStoreAndWorkDir makes a group store of group (fencerun init
+// --group) and a directory every user may work in, both under a sharedDir.
+func groupStoreAndWorkDir(t *testing.T, group string) (storeDir, work string) {
+	t.Helper()
+	base := sharedDir(t)
+	storeDir = filepath.Join(base, "store")
+	if code, out := runAs(t, nil, base, "init", "--group", group, storeDir); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, out)
+	}
+	work = filepath.Join(base, "w")
+	os.Mkdir(work, 0o777)
+	os.Chmod(work, 0o777)
+	return storeDir, work
+}
+
 // sharedDir is a directory for a test with several users: root's, 0755,
 // in /tmp, removed after the test.
 func sharedDir(t *testing.T) string {
@@ -515,14 +530,7 @@ func testLeftoversOfAnotherMember(t *testing.T, leftover string) {
 	group, _ := addGroup(t)
 	alice, bob := addUser(t, group), addUser(t, group)
 	t.Parallel()
-	base := sharedDir(t)
-	storeDir := filepath.Join(base, "store")
-	if code, out := runAs(t, nil, base, "init", "--group", group, storeDir); code != 0 {
-		t.Fatalf("init: exit %d: %s", code, out)
-	}
-	work := filepath.Join(base, "w")
-	os.Mkdir(work, 0o777)
-	os.Chmod(work, 0o777)
+	storeDir, work := groupStoreAndWorkDir(t, group)
 
 	holder := alice.as(exec.Command(bin, "--dir", storeDir, "run", "--key", "k", "--cgroup", "off", "--",
 		"sh", "-c", leftover+` & echo $! > pids.tmp && mv pids.tmp pids; wait`))
@@ -629,14 +637,7 @@ func TestForgedLeftoverRecordKillsNothingElse(t *testing.T) {
 	group, _ := addGroup(t)
 	alice := addUser(t, group)
 	t.Parallel()
-	base := sharedDir(t)
-	storeDir := filepath.Join(base, "store")
-	if code, out := runAs(t, nil, base, "init", "--group", group, storeDir); code != 0 {
-		t.Fatalf("init: exit %d: %s", code, out)
-	}
-	work := filepath.Join(base, "w")
-	os.Mkdir(work, 0o777)
-	os.Chmod(work, 0o777)
+	storeDir, work := groupStoreAndWorkDir(t, group)
 	// alice's holder dies, leaving a record of a dead holder.
 	holder := alice.as(exec.Command(bin, "--dir", storeDir, "run", "--key", "k", "--cgroup", "off", "--",
 		"sh", "-c", `echo $$ > pids.tmp && mv pids.tmp pids; exec sleep 1000`))
@@ -700,14 +701,7 @@ func TestMemberIsToldWhoseLeftoversItCannotStop(t *testing.T) {
 	group, _ := addGroup(t)
 	bob := addUser(t, group)
 	t.Parallel()
-	base := sharedDir(t)
-	storeDir := filepath.Join(base, "store")
-	if code, out := runAs(t, nil, base, "init", "--group", group, storeDir); code != 0 {
-		t.Fatalf("init: exit %d: %s", code, out)
-	}
-	work := filepath.Join(base, "w")
-	os.Mkdir(work, 0o777)
-	os.Chmod(work, 0o777)
+	storeDir, work := groupStoreAndWorkDir(t, group)
 	cg := newTestCgroup(t)
 	holder := exec.Command(bin, "--dir", storeDir, "run", "--key", "k", "--cgroup", "require", "--",
 		"sh", "-c", `setsid sleep 1000 & echo $! > pids.tmp && mv pids.tmp pids; wait`)
