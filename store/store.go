@@ -119,7 +119,10 @@ type Store interface {
 	Done(ctx context.Context, key string) ([]Done, error)
 
 	// Reopen forgets that id was done under key (once-reset), so that the
-	// next run for it runs again. It reports whether id was done.
+	// next run for it runs again. It reports whether id was done. Done
+	// IDs that cannot be read (ErrCorrupt) are all cleared: none of them
+	// can be trusted, and a key whose list fails closed runs no --once
+	// run until then.
 	Reopen(ctx context.Context, key, id string) (bool, error)
 
 	// AwaitDone blocks until id is among key's done IDs and returns its

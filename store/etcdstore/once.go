@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,6 +82,17 @@ func (s *Store) Reopen(ctx context.Context, key, id string) (bool, error) {
 	}
 	for range doneTries {
 		done, rev, err := s.readDone(ctx, key)
+		if errors.Is(err, store.ErrCorrupt) {
+			// Nothing in it can be kept: reopening one ID reopens them all.
+			s.log.Warn("cleared done IDs that cannot be read; every ID of the key is open again", "key", key, "error", err)
+			octx, cancel := s.op(ctx)
+			_, err = s.c.Delete(octx, doneKey(key))
+			cancel()
+			if err != nil {
+				return false, s.fail("delete "+doneKey(key), err)
+			}
+			return true, nil
+		}
 		if err != nil || store.FindDone(done, id) == nil {
 			return false, err
 		}

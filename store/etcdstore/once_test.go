@@ -71,3 +71,21 @@ func TestOnceSideKeyOutsideTheLockPrefix(t *testing.T) {
 		t.Fatalf("the done key %s is not under %s", doneKey("o"), side)
 	}
 }
+
+// A done key that cannot be read fails closed, naming it; once-reset
+// clears it.
+func TestOnceCorruptDoneKey(t *testing.T) {
+	s, _ := newStore(t)
+	if _, err := s.c.Put(t.Context(), doneKey("o"), "{"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Done(t.Context(), "o"); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), doneKey("o")) {
+		t.Errorf("Done = %v; want ErrCorrupt naming %s", err, doneKey("o"))
+	}
+	if ok, err := s.Reopen(t.Context(), "o", "x"); !ok || err != nil {
+		t.Fatalf("Reopen = %v, %v; want true, nil", ok, err)
+	}
+	if d, err := s.Done(t.Context(), "o"); err != nil || len(d) != 0 {
+		t.Fatalf("Done after the reset = %v, %v", d, err)
+	}
+}

@@ -102,6 +102,11 @@ func (s *Store) Reopen(ctx context.Context, key, id string) (bool, error) {
 	defer kd.Close()
 	defer unix.Close(g)
 	done, err := readDone(kd)
+	if errors.Is(err, store.ErrCorrupt) {
+		// Nothing in it can be kept: reopening one ID reopens them all.
+		s.log.Warn("cleared done IDs that cannot be read; every ID of the key is open again", "key", key, "error", err)
+		return true, writeDone(kd, nil)
+	}
 	if err != nil || store.FindDone(done, id) == nil {
 		return false, err
 	}

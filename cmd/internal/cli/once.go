@@ -64,6 +64,9 @@ func (r *RunCmd) onceID(now time.Time) string {
 // did it, when ID is among key's done IDs; nil when it is not.
 func (r *RunCmd) checkDone(ctx context.Context, st store.Store) error {
 	done, err := st.Done(ctx, *r.Key)
+	if errors.Is(err, store.ErrCorrupt) {
+		return fail(exitFailed, "%v (fencerun once-reset %s %s --force clears the key's done IDs)", err, *r.Key, r.onceFor)
+	}
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
@@ -183,7 +186,7 @@ func printDone(w io.Writer, done []store.Done, now time.Time) {
 
 // Help explains once-reset.
 func (OnceResetCmd) Help() string {
-	return `Reopens ID of KEY, an ID that a run with --once ID (or --once-per) completed: the next run for it, on any host sharing the store, runs its command again. --force is required, because a reopened ID runs its command again. status KEY lists the done IDs (the last 1,000 per key are kept). Reopening an ID that is not done succeeds and says so.`
+	return `Reopens ID of KEY, an ID that a run with --once ID (or --once-per) completed: the next run for it, on any host sharing the store, runs its command again. --force is required, because a reopened ID runs its command again. status KEY lists the done IDs (the last 1,000 per key are kept). Reopening an ID that is not done succeeds and says so. Done IDs that cannot be read (a corrupt state file, which stops every --once run of the key with exit 125) are all cleared.`
 }
 
 // Usage of once-reset.
