@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/notify"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
@@ -373,17 +374,17 @@ func (a *acquirer) lockedHere(live, g int) string {
 // taking is what a take holds before its record is written: released
 // all together (undo) when a step fails.
 type taking struct {
-	live   int             // open and locked
-	claim  *unixsock.Claim // our claim on the key (moved_linux.go)
-	guard  keptFile        // for the renewals, until the release
-	notify *notifier       // listening before the record names it
+	live   int              // open and locked
+	claim  *unixsock.Claim  // our claim on the key (moved_linux.go)
+	guard  keptFile         // for the renewals, until the release
+	notify *notify.Listener // listening before the record names it
 	token  string
 	term   store.Term // from before the record's expiry is stamped
 }
 
 func (t *taking) undo() {
 	if t.notify != nil {
-		t.notify.stop(false)
+		t.notify.Close()
 	}
 	if t.guard.fd >= 0 {
 		t.guard.close()
@@ -465,7 +466,7 @@ func (a *acquirer) prepare(t *taking, rec record, g int) (record, error) {
 		Token:     t.token,
 		Holder: &holderRecord{
 			Name: a.claim.Name, PID: os.Getpid(), Host: a.s.host, Reason: a.claim.Reason,
-			Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Notify: t.notify.name,
+			Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Notify: t.notify.Name(),
 			Acquired: now, Expires: now.Add(a.claim.TTL),
 		},
 	}
@@ -516,7 +517,9 @@ func (a *acquirer) lease(t *taking, pred *store.Holder, next record, kept keptFi
 		changes: make(chan struct{}, 1), left: left, guard: t.guard, record: kept,
 		notify: t.notify, held: t.claim, unwatch: make(chan struct{}),
 	}
-	t.notify.start(l.changes, a.s.log)
+	t.notify.Notify(l.changes, func(err error) {
+		a.s.log.Error("listening for lease changes stopped; they will be seen at the next renewal", "error", err)
+	})
 	go l.watchPath(l.unwatch)
 	return l
 }

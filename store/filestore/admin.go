@@ -344,7 +344,7 @@ func (s *Store) clearQueue(kd dir) (int, error) {
 // notifyRE is compiled when first needed: at package init it cost every
 // fencerun start a third of a millisecond, for a repair that is rare.
 var notifyRE = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`"notify"\s*:\s*"(` + regexp.QuoteMeta(notifyPrefix) + `[0-9a-f]{32})"`)
+	return regexp.MustCompile(`"notify"\s*:\s*"(` + regexp.QuoteMeta(notifyPrefix) + `n-[0-9a-f]{32})"`)
 })
 
 func salvageNotify(data []byte) string {

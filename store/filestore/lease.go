@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/notify"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
@@ -29,7 +30,7 @@ type Lease struct {
 	term    store.Term // of the acquisition
 	pred    *store.Holder
 	changes chan struct{}
-	notify  *notifier
+	notify  *notify.Listener
 	held    *unixsock.Claim // until the release (moved_linux.go)
 	unwatch chan struct{}   // stops watchPath
 	left    chan struct{}   // closed once our queue entry is removed (take)
@@ -387,7 +388,7 @@ func (l *Lease) release(ctx context.Context, id string) error {
 	}
 	close(l.unwatch)
 	defer func() {
-		l.notify.stop(true)
+		l.notify.Close()
 		l.guard.close()
 		l.record.close()
 		l.kd.Close()
