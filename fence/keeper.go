@@ -1,5 +1,7 @@
-// Package fence keeps a held lease alive and says, with a typed reason, when
-// the command running under it must stop.
+// Package fence is the lease keeper and the watchdog: it keeps a held lease
+// alive and says, with a typed reason, when the command running under it
+// must stop. (Package fenced runs a whole command under a lease with it.)
+// Its clock is package boottime's; the tick socket is package ticksock's.
 //
 // A Keeper renews its store.Lease every TTL/3, each renewal conditional on
 // the lease still being this holder's (the store's version). The lease is
@@ -35,6 +37,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -97,7 +100,7 @@ type Config struct {
 	// SIGKILL; the keeper gives up on failing renewals early enough to leave
 	// it, up to a third of the TTL.
 	Grace  time.Duration
-	Clock  Clock // nil: BootClock
+	Clock  boottime.Clock // nil: boottime.Kernel
 	Logger hclog.Logger
 }
 
@@ -108,7 +111,7 @@ type Keeper struct {
 	lease    store.Lease
 	ttl      time.Duration
 	grace    time.Duration
-	clock    Clock
+	clock    boottime.Clock
 	log      hclog.Logger
 	term     store.Term
 	ticks    chan time.Time
@@ -139,7 +142,7 @@ func New(c Config) (*Keeper, error) {
 		return nil, fmt.Errorf("fence: negative grace %v", c.Grace)
 	}
 	if c.Clock == nil {
-		c.Clock = BootClock{}
+		c.Clock = boottime.Kernel{}
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

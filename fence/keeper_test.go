@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencerun/fencerun/fence"
-	"github.com/fencerun/fencerun/fence/fencetest"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 )
@@ -82,7 +82,7 @@ func (l *testLease) Tick(_ context.Context, t time.Time) error { l.ticks <- t; r
 
 type run struct {
 	k    *fence.Keeper
-	clk  *fencetest.FakeClock
+	clk  *boottime.Fake
 	l    *testLease
 	done chan error
 }
@@ -94,7 +94,7 @@ func startKeeper(t *testing.T, ttl, grace time.Duration) *run {
 
 func startKeeperOn(t *testing.T, l *testLease, ttl, grace time.Duration) *run {
 	t.Helper()
-	clk := fencetest.NewFakeClock(time.Hour)
+	clk := boottime.NewFake(time.Hour)
 	if l.term == (store.Term{}) {
 		l.term = store.Term{Start: clk.Now(), TTL: ttl}
 	}
@@ -133,7 +133,7 @@ func TestNewValidatesTiming(t *testing.T) {
 		{30 * time.Second, -time.Second, false},
 		{30 * time.Second, time.Hour, true},
 	} {
-		_, err := fence.New(fence.Config{Lease: newTestLease(), TTL: tc.ttl, Grace: tc.grace, Clock: fencetest.NewFakeClock(0)})
+		_, err := fence.New(fence.Config{Lease: newTestLease(), TTL: tc.ttl, Grace: tc.grace, Clock: boottime.NewFake(0)})
 		if (err == nil) != tc.ok {
 			t.Errorf("New(ttl=%v, grace=%v) = %v, want ok=%v", tc.ttl, tc.grace, err, tc.ok)
 		}
@@ -324,7 +324,7 @@ func TestTicksAreWrittenAndReleaseWaitsForRun(t *testing.T) {
 }
 
 func TestWatchdog(t *testing.T) {
-	clk := fencetest.NewFakeClock(time.Minute)
+	clk := boottime.NewFake(time.Minute)
 	w, err := fence.NewWatchdog(5*time.Second, clk)
 	if err != nil {
 		t.Fatal(err)
@@ -352,48 +352,6 @@ func TestWatchdog(t *testing.T) {
 	if _, err := fence.NewWatchdog(0, clk); err == nil {
 		t.Error("NewWatchdog(0) succeeded")
 	}
-}
-
-func TestBootTimerFires(t *testing.T) {
-	var c fence.BootClock
-	tm, err := c.NewTimer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tm.Close()
-	tm.Set(c.Now() - time.Second) // in the past: fires at once
-	testsupport.Recv(t, tm.C(), "a timer set in the past")
-	tm.Set(c.Now() + 20*time.Millisecond)
-	testsupport.Recv(t, tm.C(), "a timer set 20ms ahead")
-	if c.Now() <= 0 {
-		t.Error("CLOCK_BOOTTIME reads zero")
-	}
-}
-
-// SetThen's second firing comes without another setting: the keeper's
-// deadline while a renewal is in flight.
-func TestBootTimerFiresAgainAtThen(t *testing.T) {
-	var c fence.BootClock
-	tm, err := c.NewTimer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tm.Close()
-	at := c.Now() + 20*time.Millisecond
-	then := at + 200*time.Millisecond
-	tm.SetThen(at, then)
-	testsupport.Recv(t, tm.C(), "the first firing")
-	if c.Now() >= then {
-		t.Skip("the first firing was received after the second was due (a loaded machine): both may have been read as one")
-	}
-	testsupport.Recv(t, tm.C(), "the second firing, without another setting")
-	if now := c.Now(); now < then {
-		t.Errorf("the second firing came %v before then", then-now)
-	}
-	// Set replaces both.
-	tm.SetThen(c.Now()+time.Hour, c.Now()+2*time.Hour)
-	tm.Set(c.Now() + 20*time.Millisecond)
-	testsupport.Recv(t, tm.C(), "a timer set 20ms ahead after SetThen")
 }
 
 // The keeper's clock starts from the lease's Term, not from New: a first

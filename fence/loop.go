@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/store"
 )
@@ -53,7 +54,7 @@ type opResult struct {
 type loop struct {
 	k       *Keeper
 	ctx     context.Context
-	timer   Timer
+	timer   boottime.Timer
 	ops     chan opRequest
 	results chan opResult
 
@@ -80,7 +81,7 @@ type loop struct {
 	armedAt, armedThen time.Duration // the timer's last setting
 }
 
-func newLoop(ctx context.Context, k *Keeper, timer Timer) *loop {
+func newLoop(ctx context.Context, k *Keeper, timer boottime.Timer) *loop {
 	l := &loop{
 		k: k, ctx: ctx, timer: timer,
 		ops: make(chan opRequest, 1), results: make(chan opResult, 1),

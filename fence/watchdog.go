@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fencerun/fencerun/internal/boottime"
 )
 
 // Watchdog ends with Stuck when the command ticked at least once and then
@@ -12,7 +14,7 @@ import (
 // stuck: silence from the start is how most commands live.
 type Watchdog struct {
 	after  time.Duration
-	clock  Clock
+	clock  boottime.Clock
 	mu     sync.Mutex
 	last   time.Duration // instant of the latest tick; 0 until the first
 	ticked chan struct{}
@@ -21,12 +23,12 @@ type Watchdog struct {
 }
 
 // NewWatchdog returns a watchdog for stuckAfter, which must be positive.
-func NewWatchdog(stuckAfter time.Duration, clock Clock) (*Watchdog, error) {
+func NewWatchdog(stuckAfter time.Duration, clock boottime.Clock) (*Watchdog, error) {
 	if stuckAfter <= 0 {
 		return nil, fmt.Errorf("fence: stuck-after %v is not positive", stuckAfter)
 	}
 	if clock == nil {
-		clock = BootClock{}
+		clock = boottime.Kernel{}
 	}
 	return &Watchdog{after: stuckAfter, clock: clock,
 		ticked: make(chan struct{}, 1), cancel: make(chan struct{})}, nil

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
@@ -336,7 +337,7 @@ func (t *ticks) interrupt(error) {
 // that slept through it has run for as long as it slept).
 type timeout struct {
 	after time.Duration
-	clock fence.Clock
+	clock boottime.Clock
 	cmd   *command
 	done  chan struct{}
 }

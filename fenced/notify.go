@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/errtext"
 	"github.com/fencerun/fencerun/internal/sdnotify"
 )
@@ -56,7 +57,7 @@ type notifier struct {
 	cfg    *Notify
 	cmd    *command
 	keeper *fence.Keeper
-	clock  fence.Clock
+	clock  boottime.Clock
 	log    hclog.Logger
 	held   string      // the STATUS once held
 	ended  chan string // what fencerun says when it stops the command
@@ -82,7 +83,7 @@ func (n *notifier) execute() error {
 	} else {
 		n.send(n.held + "\nREADY=1")
 	}
-	var feed fence.Timer // nil: no watchdog of fencerun's own to feed
+	var feed boottime.Timer // nil: no watchdog of fencerun's own to feed
 	if n.cfg.Watchdog > 0 && n.cfg.Relay == nil {
 		var err error
 		if feed, err = n.clock.NewTimer(); err != nil {
@@ -113,7 +114,7 @@ func (n *notifier) execute() error {
 }
 
 // fired is t's channel, or nil (never ready) without a timer.
-func fired(t fence.Timer) <-chan struct{} {
+func fired(t boottime.Timer) <-chan struct{} {
 	if t == nil {
 		return nil
 	}

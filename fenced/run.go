@@ -13,6 +13,7 @@ import (
 	"github.com/oklog/run"
 
 	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/errtext"
 	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/store"
@@ -41,7 +42,7 @@ type Process interface {
 	JobControl(done <-chan struct{}, k supervisor.Keeper, forward <-chan os.Signal, ends func(os.Signal) error) error
 }
 
-// Ticks is the holder's end of `fencerun tick`; *fence.TickServer is one.
+// Ticks is the holder's end of `fencerun tick`; *ticksock.Server is one.
 type Ticks interface {
 	// Serve calls onTick for each tick from a pid that owns accepts, until
 	// Close; known is closed once owns can answer for the command's tree
@@ -80,12 +81,12 @@ type Config struct {
 	// was done already is Acquire's to find (ErrAlreadyDone).
 	Once string
 
-	TTL        time.Duration // of the lease
-	Grace      time.Duration // between the stop signal and SIGKILL
-	Timeout    time.Duration // longest run of the command; 0: none
-	StuckAfter time.Duration // the watchdog's; 0: off
-	Clock      fence.Clock   // nil: fence.BootClock
-	Logger     hclog.Logger  // nil: none
+	TTL        time.Duration  // of the lease
+	Grace      time.Duration  // between the stop signal and SIGKILL
+	Timeout    time.Duration  // longest run of the command; 0: none
+	StuckAfter time.Duration  // the watchdog's; 0: off
+	Clock      boottime.Clock // nil: boottime.Kernel
+	Logger     hclog.Logger   // nil: none
 }
 
 // ErrNotAcquired is wrapped by Acquire's error when the lease was not
@@ -175,7 +176,7 @@ type Outcome struct {
 // lease was given back (or could not be, within min(TTL, 10s)).
 func Run(ctx context.Context, cfg Config) Outcome {
 	if cfg.Clock == nil {
-		cfg.Clock = fence.BootClock{}
+		cfg.Clock = boottime.Kernel{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()

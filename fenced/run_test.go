@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencerun/fencerun/fence/fencetest"
 	"github.com/fencerun/fencerun/fenced"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
@@ -20,7 +20,7 @@ import (
 // fakeLease is a store.Lease whose Check answers the test scripts; its
 // renewals always succeed.
 type fakeLease struct {
-	clock    *fencetest.FakeClock
+	clock    *boottime.Fake
 	ttl      time.Duration
 	pred     *store.Holder
 	changes  chan struct{}
@@ -38,7 +38,7 @@ type fakeLease struct {
 	markErr  error         // what ReleaseDone returns
 }
 
-func newFakeLease(clock *fencetest.FakeClock, ttl time.Duration) *fakeLease {
+func newFakeLease(clock *boottime.Fake, ttl time.Duration) *fakeLease {
 	return &fakeLease{clock: clock, ttl: ttl, request: store.RequestCancel, changes: make(chan struct{}, 1),
 		checks: make(chan error, 1), ticks: make(chan time.Time, 16), pids: make(chan int, 1), released: make(chan struct{})}
 }
@@ -137,7 +137,7 @@ func (p *fakeProc) Wait() supervisor.Status {
 // harness is one fenced.Run with fakes all round, run in the background.
 type harness struct {
 	cfg     fenced.Config
-	clock   *fencetest.FakeClock
+	clock   *boottime.Fake
 	lease   *fakeLease
 	proc    *fakeProc
 	signals chan os.Signal
@@ -152,7 +152,7 @@ const (
 )
 
 func newHarness() *harness {
-	clock := fencetest.NewFakeClock(epoch)
+	clock := boottime.NewFake(epoch)
 	h := &harness{clock: clock, lease: newFakeLease(clock, ttl), proc: newFakeProc(),
 		signals: make(chan os.Signal, 8), started: make(chan struct{}), out: make(chan fenced.Outcome, 1)}
 	h.lease.procGone = h.proc.exited.Load

@@ -17,7 +17,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
 )
 
@@ -166,7 +166,7 @@ func TestEtcdTermCountsFromTheSendNotTheAnswer(t *testing.T) {
 		}
 		seen = renewals()
 		resp, err := cl.TimeToLive(context.Background(), clientv3.LeaseID(id))
-		after := store.BootTime()
+		after := boottime.Now()
 		if err != nil {
 			t.Fatal(err)
 		}

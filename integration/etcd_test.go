@@ -17,7 +17,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencerun/fencerun/store"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
 )
 
@@ -268,7 +268,7 @@ func deathTime(t *testing.T, pid int) time.Duration {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return store.BootTime()
+	return boottime.Now()
 }
 
 // holdUntilCut starts a holder whose command ignores TERM, so that only the

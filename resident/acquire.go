@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
@@ -127,7 +128,7 @@ func Acquire(ctx context.Context, storePath string, c Claim) (*Role, *Refusal, e
 		c.Now = time.Now
 	}
 	if c.Clock == nil {
-		c.Clock = store.BootTime // the waits run on it, as the keeper does
+		c.Clock = boottime.Now // the waits run on it, as the keeper does
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

@@ -152,7 +152,7 @@ type Claim struct {
 	Cgroup string
 	// Clock is the monotonic clock the caller's keeper runs on; the backend
 	// reads it just before the write that sets an expiry, for Term. Nil
-	// means BootTime (CLOCK_BOOTTIME).
+	// means boottime.Now (CLOCK_BOOTTIME).
 	Clock func() time.Duration
 }
 

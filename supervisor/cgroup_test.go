@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencerun/fencerun/fence/fencetest"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -91,7 +91,7 @@ func TestGraceOnInjectedClock(t *testing.T) {
 			if contained {
 				cfg.Cgroup = hierarchy(t).NewPath()
 			}
-			clock := fencetest.NewFakeClock(time.Hour)
+			clock := boottime.NewFake(time.Hour)
 			cfg.Clock = clock
 			p, err := start(cfg)
 			if err != nil {

@@ -35,7 +35,7 @@
 //
 // StopTrees, for runs whose wrapper died, stops each store.Leftover: its
 // cgroup where it had one (exact), else every process of the host carrying
-// its marker (checked to have the form package fence gives out), in its
+// its marker (checked to have the form package ticksock gives out), in its
 // process group or in its session (each id checked against the leader's
 // start time, so a reused id is never signalled), and their descendants.
 // A record directs signals only where the tree proves it is the record's

@@ -15,7 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/boottime"
+	"github.com/fencerun/fencerun/internal/ticksock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -27,8 +28,8 @@ var errOtherHost = errors.New("supervisor: leftovers on another host")
 type StopConfig struct {
 	StopSignal syscall.Signal // zero: SIGTERM
 	Grace      time.Duration
-	Logger     hclog.Logger // nil: none
-	Clock      fence.Clock  // nil: CLOCK_BOOTTIME
+	Logger     hclog.Logger   // nil: none
+	Clock      boottime.Clock // nil: CLOCK_BOOTTIME
 }
 
 // stopLeftovers stops a tree whose wrapper died (see store.Leftover), as
@@ -72,7 +73,7 @@ func (cfg StopConfig) withDefaults() StopConfig {
 		cfg.StopSignal = syscall.SIGTERM
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = fence.BootClock{}
+		cfg.Clock = boottime.Kernel{}
 	}
 	return cfg
 }
@@ -373,7 +374,7 @@ func (t *leftoverTree) sharedProcs(r *reading) []proc {
 // earlier than the recorded command. Without the socket, none is.
 func (t *leftoverTree) suspect() func(proc) bool {
 	var st unix.Stat_t
-	addr, _ := strings.CutPrefix(t.marker, fence.TickMarker(""))
+	addr, _ := strings.CutPrefix(t.marker, ticksock.Marker(""))
 	if addr == "" || unix.Lstat(addr, &st) != nil || int(st.Uid) == os.Geteuid() {
 		return func(proc) bool { return false }
 	}
@@ -384,11 +385,11 @@ func (t *leftoverTree) suspect() func(proc) bool {
 }
 
 // validMarker reports whether m is a marker in the exact form fencerun
-// gives out (package fence makes and checks it): a record can then never
+// gives out (package ticksock makes and checks it): a record can then never
 // name an unrelated process by an entry such as PATH=/usr/bin.
 func validMarker(m string) bool {
-	addr, ok := strings.CutPrefix(m, fence.TickMarker(""))
-	return ok && fence.IsTickAddr(addr)
+	addr, ok := strings.CutPrefix(m, ticksock.Marker(""))
+	return ok && ticksock.IsAddr(addr)
 }
 
 // leads returns whether a process with group (or session) id gid is in the

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/logfield"
 )
 
@@ -100,7 +100,7 @@ func (s *sweep) signalForeign(sig syscall.Signal) {
 
 // runForeign is the sweep without /proc and without a cgroup: the stop
 // signal and SIGCONT, SIGKILL at the deadline, until gone is closed.
-func (s *sweep) runForeign(timer fence.Timer) error {
+func (s *sweep) runForeign(timer boottime.Timer) error {
 	goneNow := func() bool {
 		select {
 		case <-s.gone:

@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/logfield"
 	"github.com/fencerun/fencerun/store"
 )
@@ -51,7 +51,7 @@ type Config struct {
 	// cgroup, the tree is found among this process's descendants.
 	Cgroup string
 	// Clock is what the grace runs on; nil: CLOCK_BOOTTIME.
-	Clock fence.Clock
+	Clock boottime.Clock
 }
 
 // Process is a running command. Its methods are safe for concurrent use.
@@ -65,7 +65,7 @@ type Process struct {
 	log        hclog.Logger
 	tty        int // the controlling terminal, or -1
 	cg         *cgroup
-	clock      fence.Clock
+	clock      boottime.Clock
 	foreign    bool          // /proc is another pid namespace's: see pidns_linux.go
 	allGone    chan struct{} // foreign: no child is left
 
@@ -221,7 +221,7 @@ func newProcess(cfg Config, log hclog.Logger, cg *cgroup) (*Process, error) {
 		p.stopSignal = syscall.SIGTERM
 	}
 	if p.clock == nil {
-		p.clock = fence.BootClock{}
+		p.clock = boottime.Kernel{}
 	}
 	var err error
 	p.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/logfield"
 )
 
@@ -29,7 +29,7 @@ type procSweep struct {
 	killed     bool              // the deadline passed: the tree was frozen and SIGKILLed
 }
 
-func (s *sweep) runProcs(timer fence.Timer) error {
+func (s *sweep) runProcs(timer boottime.Timer) error {
 	ps := &procSweep{sweep: s, tracked: map[procKey]int{}, unkillable: map[procKey]error{}}
 	defer ps.close()
 	ms, err := ps.scan()
@@ -89,7 +89,7 @@ func (ps *procSweep) step() (gone bool, err error) {
 // wait sleeps in poll(2) until a process it waits for ends, the deadline
 // comes or moves, or (when some process could not be given a pidfd) a
 // while has passed.
-func (ps *procSweep) wait(timer fence.Timer) error {
+func (ps *procSweep) wait(timer boottime.Timer) error {
 	timeout := -1
 	if !ps.killed {
 		timer.Set(ps.deadline())

@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/logfield"
 )
 
@@ -48,7 +48,7 @@ type sweep struct {
 	kids     func() []int           // this process's children, to see orphans in transit; nil: none come here
 	cg       *cgroup                // the tree's cgroup, or nil
 	deadline func() time.Duration   // when SIGKILL is due, on clock
-	clock    fence.Clock
+	clock    boottime.Clock
 	wake     int             // eventfd: the deadline moved, or ctx ended
 	ctx      context.Context // nil: never cancelled
 	// foreign: /proc is another pid namespace's (see pidns_linux.go); the
@@ -123,7 +123,7 @@ func (s *sweep) cancelled() error {
 
 // runCgroup sweeps a cgroup found populated through events, its
 // cgroup.events.
-func (s *sweep) runCgroup(timer fence.Timer, events int) error {
+func (s *sweep) runCgroup(timer boottime.Timer, events int) error {
 	// The kernel rate-limits cgroup.events notifications (10 ms apart):
 	// pidfds of the members there at the start wake the sweep at once
 	// when they end, and cgroup.events is read again then.

@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -123,7 +124,7 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 		return nil, nil, fmt.Errorf("etcdstore: ttl %v is under etcd's minimum of %v", claim.TTL, MinTTL)
 	}
 	if claim.Clock == nil {
-		claim.Clock = store.BootTime
+		claim.Clock = boottime.Now
 	}
 	a := &acquirer{s: s, key: key, claim: claim}
 	l, h, err := a.acquire(ctx)

@@ -13,7 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/boottime"
+	"github.com/fencerun/fencerun/internal/ticksock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -139,7 +140,7 @@ func TestQueuedRecordOfTheDead(t *testing.T) {
 	// prune: a queued record whose marker a live process carries stays;
 	// one whose tree is gone goes; a confirmed one stays (the next holder
 	// confirms it stopped).
-	marker := fence.TickMarker(filepath.Join(t.TempDir(), "t-0123456789abcdef0123456789abcdef"))
+	marker := ticksock.Marker(filepath.Join(t.TempDir(), "t-0123456789abcdef0123456789abcdef"))
 	sleeper := exec.Command("sleep", "60")
 	sleeper.Env = append(os.Environ(), marker)
 	if err := sleeper.Start(); err != nil {
@@ -179,7 +180,7 @@ func TestWaiterTermIsItsLastKeepAlive(t *testing.T) {
 		reads []time.Duration
 	)
 	clock := func() time.Duration {
-		now := store.BootTime()
+		now := boottime.Now()
 		mu.Lock()
 		reads = append(reads, now)
 		mu.Unlock()
@@ -196,7 +197,7 @@ func TestWaiterTermIsItsLastKeepAlive(t *testing.T) {
 	// Past the waiter's TTL: without its keep-alives its lease expires,
 	// its key goes and the take fails.
 	time.Sleep(MinTTL + time.Second)
-	released := store.BootTime()
+	released := boottime.Now()
 	if err := holder.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -30,7 +31,7 @@ func TestRenewComparesTheHolderKey(t *testing.T) {
 	if err := renew(l); err != nil {
 		t.Fatalf("first renewal: %v", err)
 	}
-	before := store.BootTime()
+	before := boottime.Now()
 	term, err := l.Renew(t.Context())
 	if err != nil {
 		t.Fatalf("second renewal, on the kept stream: %v", err)

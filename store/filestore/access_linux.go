@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/internal/statefs"
+	"github.com/fencerun/fencerun/internal/ticksock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -41,7 +41,7 @@ func (s *Store) mark(trees []store.Leftover) []store.Leftover {
 			continue
 		}
 		out[i].Shared = true
-		addr, _ := strings.CutPrefix(out[i].Marker, fence.TickMarker(""))
+		addr, _ := strings.CutPrefix(out[i].Marker, ticksock.Marker(""))
 		if !s.ownTicks(filepath.Dir(addr)) {
 			out[i].Marker = ""
 		}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/notify"
 	"github.com/fencerun/fencerun/internal/statefs"
 	"github.com/fencerun/fencerun/internal/unixsock"
@@ -57,7 +58,7 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 		return nil, nil, err
 	}
 	if claim.Clock == nil {
-		claim.Clock = store.BootTime
+		claim.Clock = boottime.Now
 	}
 	a := &acquirer{s: s, key: key, kd: kd, claim: claim}
 	l, holder, err := a.acquire(ctx, g)

@@ -449,7 +449,7 @@ func (s *Store) pruneTicks() []store.Pruned {
 	return out
 }
 
-// tickPrefix and 32 hex digits name a tick socket (fence.ListenTicks).
+// tickPrefix and 32 hex digits name a tick socket (ticksock.Listen).
 const tickPrefix = "t-"
 
 func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -105,9 +106,9 @@ func TestAcquireRenewTickRelease(t *testing.T) {
 	}
 
 	clk.add(10 * time.Second)
-	before := store.BootTime()
+	before := boottime.Now()
 	term, err := l.Renew(ctx)
-	if err != nil || term.TTL != time.Minute || term.Start < before || term.Start > store.BootTime() {
+	if err != nil || term.TTL != time.Minute || term.Start < before || term.Start > boottime.Now() {
 		t.Fatalf("Renew = %+v, %v; want a minute from within the call", term, err)
 	}
 	exp := clk.now().Add(time.Minute)

@@ -3,16 +3,16 @@ package filestore
 import (
 	"testing"
 
-	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/internal/statefs"
+	"github.com/fencerun/fencerun/internal/ticksock"
 	"github.com/fencerun/fencerun/store"
 )
 
 // S9: a group store's records are marked Shared, and keep only markers of
 // the store's own tick sockets; a private store's are taken as written.
 func TestMarkSharedRecords(t *testing.T) {
-	own := fence.TickMarker("/srv/st/ticks/t-0123456789abcdef0123456789abcdef")
-	other := fence.TickMarker("/root/.local/state/fencerun/ticks/t-0123456789abcdef0123456789abcdef")
+	own := ticksock.Marker("/srv/st/ticks/t-0123456789abcdef0123456789abcdef")
+	other := ticksock.Marker("/root/.local/state/fencerun/ticks/t-0123456789abcdef0123456789abcdef")
 	trees := []store.Leftover{{HolderPID: 1, Marker: own}, {HolderPID: 2, Marker: other}}
 	group := &Store{root: "/srv/st", real: "/srv/st", access: statefs.Access{Shared: true}}
 	got := group.mark(trees)

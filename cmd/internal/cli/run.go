@@ -19,6 +19,8 @@ import (
 	"github.com/fencerun/fencerun/cmd/internal/duration"
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/fenced"
+	"github.com/fencerun/fencerun/internal/boottime"
+	"github.com/fencerun/fencerun/internal/ticksock"
 	"github.com/fencerun/fencerun/resident"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
@@ -239,7 +241,7 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	if r.notified != nil && r.notified.Relay != nil {
 		defer r.notified.Relay.Close()
 	}
-	clock := fence.BootClock{}
+	clock := boottime.Kernel{}
 	claim, err := r.claim(g, ticks.Addr(), clock)
 	if err != nil {
 		return err
@@ -250,7 +252,7 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 
 // config is the run for package fenced: how to take the lease, start the
 // command under it and stop what dead predecessors left.
-func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path string, sigs <-chan os.Signal, ticks fenced.Ticks, clock fence.Clock) fenced.Config {
+func (r *RunCmd) config(g *Globals, log hclog.Logger, claim store.Claim, path string, sigs <-chan os.Signal, ticks fenced.Ticks, clock boottime.Clock) fenced.Config {
 	stopSig, _ := parseSignal(r.KillSignal)
 	return fenced.Config{
 		Acquire: func(ctx context.Context) (store.Lease, error) { return r.acquire(ctx, g, log, claim, path) },
@@ -307,13 +309,13 @@ func deref(s *string) string {
 
 // claim says who asks for the lease, and in which cgroup its command will
 // run (--cgroup).
-func (r *RunCmd) claim(g *Globals, tickAddr string, clock fence.Clock) (store.Claim, error) {
+func (r *RunCmd) claim(g *Globals, tickAddr string, clock boottime.Clock) (store.Claim, error) {
 	claim := store.Claim{
 		Name:   orDefault(r.Name, filepath.Base(r.Command[0])),
 		Reason: r.Reason,
 		TTL:    r.TTL,
 		Wait:   !r.wait().None(),
-		Marker: fence.TickMarker(tickAddr),
+		Marker: ticksock.Marker(tickAddr),
 		Clock:  clock.Now,
 	}
 	if r.Cgroup != "off" {

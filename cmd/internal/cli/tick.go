@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/fencerun/fencerun/fence"
+	"github.com/fencerun/fencerun/internal/ticksock"
 )
 
 // TickCmd is `fencerun tick`.
@@ -26,7 +26,7 @@ func (TickCmd) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := fence.SendTick(ctx, addr); err != nil {
+	if err := ticksock.Send(ctx, addr); err != nil {
 		return fail(exitFailed, "%v", err)
 	}
 	return nil
@@ -35,12 +35,12 @@ func (TickCmd) Run(ctx context.Context) error {
 // listenTicks opens the holder's tick socket in the state root's private
 // tick directory (a path socket: reached from any network namespace, and
 // only by the store's users), creating the root as run does anyway.
-func (g *Globals) listenTicks(log hclog.Logger) (*fence.TickServer, error) {
+func (g *Globals) listenTicks(log hclog.Logger) (*ticksock.Server, error) {
 	dir, err := g.tickDir()
 	if err != nil {
 		return nil, err
 	}
-	ticks, err := fence.ListenTicks(dir, log)
+	ticks, err := ticksock.Listen(dir, log)
 	if err != nil {
 		return nil, fail(exitFailed, "%v", err)
 	}

@@ -1,4 +1,10 @@
-package fence
+// Package ticksock is the tick socket: the holder's end of `fencerun
+// tick` (Server), the command's (Send), and the marker that names a
+// command's tree by its socket (Marker, FENCERUN_TICK=ADDR, checked back
+// with IsAddr). It guarantees that a tick is taken only from a process of
+// the command's tree (R6) and that only the holder stamps it; it does not
+// decide what a tick means (the watchdog does).
+package ticksock
 
 import (
 	"bufio"
@@ -21,11 +27,11 @@ import (
 	"github.com/fencerun/fencerun/internal/unixsock"
 )
 
-// ErrTickRefused: the holder would not take the tick, because the caller is
+// ErrRefused: the holder would not take the tick, because the caller is
 // not a process of the command it runs.
-var ErrTickRefused = errors.New("fence: tick refused")
+var ErrRefused = errors.New("ticksock: tick refused")
 
-// TickServer is the holder's end of `fencerun tick`: a unix stream socket
+// Server is the holder's end of `fencerun tick`: a unix stream socket
 // with an unguessable name in a directory that only the store's users can
 // enter, given to the command as FENCERUN_TICK (a path, so it is reached
 // from any network namespace). A connection is accepted only from a peer
@@ -37,7 +43,7 @@ var ErrTickRefused = errors.New("fence: tick refused")
 // in slots of its own so that it never takes the tree's (R6), until the
 // tree is known and then up to a second more. The holder then stamps the
 // tick itself: only the holding process writes its record.
-type TickServer struct {
+type Server struct {
 	ln    *net.UnixListener
 	dirfd int
 	name  string
@@ -62,16 +68,16 @@ type TickServer struct {
 // whole form.
 const tickPrefix = "t-"
 
-// TickMarker is the environment entry that marks the process tree of the
+// Marker is the environment entry that marks the process tree of the
 // command behind tick address addr: FENCERUN_TICK=addr. It is the one place
-// the marker's form is made; IsTickAddr checks an address read back.
-func TickMarker(addr string) string { return "FENCERUN_TICK=" + addr }
+// the marker's form is made; IsAddr checks an address read back.
+func Marker(addr string) string { return "FENCERUN_TICK=" + addr }
 
-// IsTickAddr reports whether addr has the form of a tick address that
-// ListenTicks gives out: an absolute, clean path whose last element is
+// IsAddr reports whether addr has the form of a tick address that
+// Listen gives out: an absolute, clean path whose last element is
 // "t-" and 32 lowercase hex digits. Markers read from records should be
 // checked with it before they are searched for.
-func IsTickAddr(addr string) bool {
+func IsAddr(addr string) bool {
 	if !filepath.IsAbs(addr) || filepath.Clean(addr) != addr {
 		return false
 	}
@@ -87,32 +93,32 @@ func IsTickAddr(addr string) bool {
 	return true
 }
 
-// ListenTicks opens the socket in dir, an existing directory that only the
+// Listen opens the socket in dir, an existing directory that only the
 // store's users can enter (the caller checks that). Connections wait in its
 // backlog until Serve.
-func ListenTicks(dir string, log hclog.Logger) (*TickServer, error) {
+func Listen(dir string, log hclog.Logger) (*Server, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("fence: tick socket name: %w", err)
+		return nil, fmt.Errorf("ticksock: tick socket name: %w", err)
 	}
 	name := tickPrefix + hex.EncodeToString(b[:])
 	dirfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("fence: tick socket directory %s: %w", dir, err)
+		return nil, fmt.Errorf("ticksock: tick socket directory %s: %w", dir, err)
 	}
 	ln, err := unixsock.ListenStream(dirfd, dir, name, 0o600)
 	if err != nil {
 		unix.Close(dirfd)
-		return nil, fmt.Errorf("fence: tick socket: %w", err)
+		return nil, fmt.Errorf("ticksock: tick socket: %w", err)
 	}
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &TickServer{ln: ln, dirfd: dirfd, name: name, addr: filepath.Join(dir, name), log: log, moment: time.Second}, nil
+	return &Server{ln: ln, dirfd: dirfd, name: name, addr: filepath.Join(dir, name), log: log, moment: time.Second}, nil
 }
 
 // Addr is the value of FENCERUN_TICK.
-func (s *TickServer) Addr() string { return s.addr }
+func (s *Server) Addr() string { return s.addr }
 
 // Serve answers ticks until Close: a peer for which owns(pid) is true gets
 // onTick called and "ok"; any other is refused. known is closed once owns
@@ -125,7 +131,7 @@ func (s *TickServer) Addr() string { return s.addr }
 // processes are answered at once, each for at most callerDeadline, beside
 // at most maxCallers of our own user's not yet known; one beyond that is
 // hung up on.
-func (s *TickServer) Serve(owns func(pid int) bool, known <-chan struct{}, onTick func(time.Time)) error {
+func (s *Server) Serve(owns func(pid int) bool, known <-chan struct{}, onTick func(time.Time)) error {
 	callers := make(chan struct{}, maxCallers)
 	pending := make(chan struct{}, maxCallers)
 	backoff := 10 * time.Millisecond
@@ -183,7 +189,7 @@ func (s *TickServer) Serve(owns func(pid int) bool, known <-chan struct{}, onTic
 // refuse answers a peer that is not of the command's tree, without reading
 // from it or waiting on it, and hangs up. Refusals are logged at most once
 // a second, so that nobody can flood the holder's log.
-func (s *TickServer) refuse(c *net.UnixConn, pid int, err error) {
+func (s *Server) refuse(c *net.UnixConn, pid int, err error) {
 	reply := fmt.Sprintf("refused: pid %d is not a process of the command this holder runs", pid)
 	if err != nil {
 		reply = "refused: " + err.Error()
@@ -220,9 +226,9 @@ func readLine(c net.Conn, max int64) (string, error) {
 	return line, err
 }
 
-var errLineTooLong = errors.New("fence: line too long")
+var errLineTooLong = errors.New("ticksock: line too long")
 
-func (s *TickServer) answer(c *net.UnixConn, onTick func(time.Time)) {
+func (s *Server) answer(c *net.UnixConn, onTick func(time.Time)) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(callerDeadline))
 	// Read the request before answering: closing with it unread would
@@ -237,7 +243,7 @@ func (s *TickServer) answer(c *net.UnixConn, onTick func(time.Time)) {
 
 // Close stops Serve and removes the socket; every call returns once it is
 // removed.
-func (s *TickServer) Close() error {
+func (s *Server) Close() error {
 	s.closing.Do(func() {
 		s.closeErr = s.ln.Close()
 		unixsock.Remove(s.dirfd, s.name)
@@ -282,16 +288,16 @@ func peerCred(c *net.UnixConn) (pid, uid int, err error) {
 	return int(cred.Pid), int(cred.Uid), nil
 }
 
-// SendTick is `fencerun tick`: it asks the holder behind addr (the value of
+// Send is `fencerun tick`: it asks the holder behind addr (the value of
 // FENCERUN_TICK) to stamp a liveness tick, and returns once the holder took
-// it, or an error saying why not (ErrTickRefused when the holder refused).
-func SendTick(ctx context.Context, addr string) error {
-	if !IsTickAddr(addr) {
-		return fmt.Errorf("fence: FENCERUN_TICK=%q is not an address fencerun gave out", addr)
+// it, or an error saying why not (ErrRefused when the holder refused).
+func Send(ctx context.Context, addr string) error {
+	if !IsAddr(addr) {
+		return fmt.Errorf("ticksock: FENCERUN_TICK=%q is not an address fencerun gave out", addr)
 	}
 	conn, err := unixsock.Dial(ctx, "unix", addr)
 	if err != nil {
-		return fmt.Errorf("fence: the holder behind FENCERUN_TICK is not there (has it exited?): %w", err)
+		return fmt.Errorf("ticksock: the holder behind FENCERUN_TICK is not there (has it exited?): %w", err)
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -303,13 +309,13 @@ func SendTick(ctx context.Context, addr string) error {
 	line, err := readLine(conn, maxAnswer)
 	if err != nil {
 		if werr != nil {
-			return fmt.Errorf("fence: tick: %w", werr)
+			return fmt.Errorf("ticksock: tick: %w", werr)
 		}
-		return fmt.Errorf("fence: tick: no answer from the holder: %w", err)
+		return fmt.Errorf("ticksock: tick: no answer from the holder: %w", err)
 	}
 	line = strings.TrimSpace(line)
 	if line != "ok" {
-		return fmt.Errorf("%w: %s", ErrTickRefused, strings.TrimPrefix(line, "refused: "))
+		return fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(line, "refused: "))
 	}
 	return nil
 }

@@ -1,26 +1,22 @@
-// Package fencetest holds the test doubles of package fence: a Clock that
-// moves only when a test says so. It is imported by tests only.
-package fencetest
+package boottime
 
 import (
 	"sync"
 	"time"
-
-	"github.com/fencerun/fencerun/fence"
 )
 
-// FakeClock is a Clock that moves only when told to. Tests use it so that
+// Fake is a Clock that moves only when told to. Tests use it so that
 // they never sleep to wait for a deadline.
-type FakeClock struct {
+type Fake struct {
 	mu     sync.Mutex
 	now    time.Duration
 	timers []*fakeTimer
 	set    *sync.Cond // broadcast whenever a timer is set
 }
 
-// NewFakeClock returns a FakeClock at instant start.
-func NewFakeClock(start time.Duration) *FakeClock {
-	c := &FakeClock{now: start}
+// NewFake returns a Fake at instant start.
+func NewFake(start time.Duration) *Fake {
+	c := &Fake{now: start}
 	c.set = sync.NewCond(&c.mu)
 	return c
 }
@@ -28,7 +24,7 @@ func NewFakeClock(start time.Duration) *FakeClock {
 // WaitArmed blocks until some timer of this clock is armed to fire at
 // instant at: the goroutine that owns it has seen everything before and is
 // waiting. Tests use it before asserting that nothing happened.
-func (c *FakeClock) WaitArmed(at time.Duration) {
+func (c *Fake) WaitArmed(at time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for !c.armedLocked(at) {
@@ -36,7 +32,7 @@ func (c *FakeClock) WaitArmed(at time.Duration) {
 	}
 }
 
-func (c *FakeClock) armedLocked(at time.Duration) bool {
+func (c *Fake) armedLocked(at time.Duration) bool {
 	for _, t := range c.timers {
 		if t.armed && t.at == at {
 			return true
@@ -46,14 +42,14 @@ func (c *FakeClock) armedLocked(at time.Duration) bool {
 }
 
 // Now returns the clock's instant.
-func (c *FakeClock) Now() time.Duration {
+func (c *Fake) Now() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
 // NewTimer returns a disarmed timer on this clock.
-func (c *FakeClock) NewTimer() (fence.Timer, error) {
+func (c *Fake) NewTimer() (Timer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{clock: c, c: make(chan struct{}, 1)}
@@ -62,7 +58,7 @@ func (c *FakeClock) NewTimer() (fence.Timer, error) {
 }
 
 // Advance moves the clock by d and fires the timers whose instant passed.
-func (c *FakeClock) Advance(d time.Duration) {
+func (c *Fake) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now += d
@@ -71,7 +67,7 @@ func (c *FakeClock) Advance(d time.Duration) {
 	}
 }
 
-func (c *FakeClock) fireLocked(t *fakeTimer) {
+func (c *Fake) fireLocked(t *fakeTimer) {
 	if t.armed && t.at <= c.now {
 		t.armed = false
 		if t.then > t.at {
@@ -85,7 +81,7 @@ func (c *FakeClock) fireLocked(t *fakeTimer) {
 }
 
 type fakeTimer struct {
-	clock *FakeClock
+	clock *Fake
 	c     chan struct{}
 	at    time.Duration
 	then  time.Duration // a second firing (SetThen)

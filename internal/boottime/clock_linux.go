@@ -1,4 +1,4 @@
-package fence
+package boottime
 
 import (
 	"errors"
@@ -7,22 +7,31 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/fencerun/fencerun/store"
 )
 
-// BootClock is CLOCK_BOOTTIME, with timers on timerfd(2) so that the kernel
+// Kernel is CLOCK_BOOTTIME, with timers on timerfd(2) so that the kernel
 // wakes the keeper at a deadline, also one that passed while suspended.
-type BootClock struct{}
+type Kernel struct{}
 
 // Now reads CLOCK_BOOTTIME.
-func (BootClock) Now() time.Duration { return store.BootTime() }
+func (Kernel) Now() time.Duration { return Now() }
+
+// Now reads CLOCK_BOOTTIME: the default store.Claim.Clock, and Kernel's.
+func Now() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		// CLOCK_BOOTTIME exists on every kernel Go supports; failing here
+		// means the process cannot keep time at all.
+		panic(fmt.Sprintf("boottime: clock_gettime(CLOCK_BOOTTIME): %v", err))
+	}
+	return time.Duration(ts.Nano())
+}
 
 // NewTimer creates a timerfd on CLOCK_BOOTTIME.
-func (BootClock) NewTimer() (Timer, error) {
+func (Kernel) NewTimer() (Timer, error) {
 	fd, err := unix.TimerfdCreate(unix.CLOCK_BOOTTIME, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("fence: timerfd_create: %w", err)
+		return nil, fmt.Errorf("boottime: timerfd_create: %w", err)
 	}
 	t := &bootTimer{f: os.NewFile(uintptr(fd), "timerfd"), c: make(chan struct{}, 1)}
 	go t.read()
@@ -86,7 +95,7 @@ func (t *bootTimer) SetThen(at, then time.Duration) {
 	if err = errors.Join(cerr, err); err != nil {
 		// Settime fails only on a bad fd or value; neither can happen on an
 		// open timer with a positive absolute time.
-		panic(fmt.Sprintf("fence: timerfd_settime: %v", err))
+		panic(fmt.Sprintf("boottime: timerfd_settime: %v", err))
 	}
 }
 

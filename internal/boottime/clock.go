@@ -1,8 +1,18 @@
-package fence
+// Package boottime is the clock fencerun keeps time on: CLOCK_BOOTTIME,
+// which keeps counting while the system is suspended, so a deadline passed
+// during suspend is seen as passed on waking (S3). Kernel is that clock,
+// with timers on timerfd(2) that the kernel fires at the deadline, also
+// one that passed while suspended; Fake is one that moves only when a test
+// says so, so that tests never sleep to wait for a deadline.
+//
+// It guarantees that Kernel's instants never go back and count suspend;
+// not that two processes' readings can be compared across a reboot (they
+// are durations since boot).
+package boottime
 
 import "time"
 
-// Clock is the time the keeper and the watchdog run on. Instants are
+// Clock is the time the keeper, the watchdog and the supervisor run on. Instants are
 // durations since an arbitrary origin; the real clock is CLOCK_BOOTTIME, which
 // keeps counting while the system is suspended, so a deadline passed during
 // suspend is seen as passed on waking (S3).

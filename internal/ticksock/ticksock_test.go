@@ -1,4 +1,4 @@
-package fence
+package ticksock
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ import (
 )
 
 func TestTickTakenOnlyFromTheCommandsTree(t *testing.T) {
-	s, err := ListenTicks(t.TempDir(), nil)
+	s, err := Listen(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestTickTakenOnlyFromTheCommandsTree(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
 	defer cancel()
-	if err := SendTick(ctx, s.Addr()); err != nil {
+	if err := Send(ctx, s.Addr()); err != nil {
 		t.Fatalf("tick from an owned process: %v", err)
 	}
 	if pid := testsupport.Recv(t, seen, "peer pid"); pid != os.Getpid() {
@@ -51,9 +51,9 @@ func TestTickTakenOnlyFromTheCommandsTree(t *testing.T) {
 
 	<-owned
 	owned <- false
-	err = SendTick(ctx, s.Addr())
-	if !errors.Is(err, ErrTickRefused) || !strings.Contains(err.Error(), "not a process of the command") {
-		t.Fatalf("tick from a stranger: %v, want ErrTickRefused naming why", err)
+	err = Send(ctx, s.Addr())
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "not a process of the command") {
+		t.Fatalf("tick from a stranger: %v, want ErrRefused naming why", err)
 	}
 	select {
 	case <-ticked:
@@ -75,7 +75,7 @@ func closed() <-chan struct{} {
 // known, however long that takes: before, it was refused after a second,
 // and a command that checks its tick failed.
 func TestTickBeforeTheTreeIsKnownWaitsForIt(t *testing.T) {
-	s, err := ListenTicks(t.TempDir(), nil)
+	s, err := Listen(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestTickBeforeTheTreeIsKnownWaitsForIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
 	defer cancel()
 	sent := make(chan error, 1)
-	go func() { sent <- SendTick(ctx, s.Addr()) }()
+	go func() { sent <- Send(ctx, s.Addr()) }()
 	testsupport.Recv(t, asked, "the question at accept")
 	// Ten times the moment: time enough for the refusal a fixed wait would
 	// give, so that this test fails without the wait for known. The wait
@@ -112,16 +112,16 @@ func TestTickBeforeTheTreeIsKnownWaitsForIt(t *testing.T) {
 
 func TestTickWithNoHolder(t *testing.T) {
 	ctx := context.Background()
-	if err := SendTick(ctx, "/tmp/somewhere"); err == nil || !strings.Contains(err.Error(), "not an address fencerun gave out") {
+	if err := Send(ctx, "/tmp/somewhere"); err == nil || !strings.Contains(err.Error(), "not an address fencerun gave out") {
 		t.Errorf("foreign address: %v", err)
 	}
-	s, err := ListenTicks(t.TempDir(), nil)
+	s, err := Listen(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := s.Addr()
 	s.Close()
-	if err := SendTick(ctx, addr); err == nil || !strings.Contains(err.Error(), "not there") {
+	if err := Send(ctx, addr); err == nil || !strings.Contains(err.Error(), "not there") {
 		t.Errorf("closed holder: %v", err)
 	}
 }
@@ -135,7 +135,7 @@ func TestIdleStrangersDoNotStarveTheTree(t *testing.T) {
 		return
 	}
 	dir := t.TempDir()
-	s, err := ListenTicks(dir, nil)
+	s, err := Listen(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestIdleStrangersDoNotStarveTheTree(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
 	defer cancel()
 	for i := range 3 {
-		if err := SendTick(ctx, s.Addr()); err != nil {
+		if err := Send(ctx, s.Addr()); err != nil {
 			t.Fatalf("tick %d with %d idle strangers connected: %v", i, n, err)
 		}
 		testsupport.Recv(t, ticked, "the tick")
@@ -203,19 +203,19 @@ func TestTickSocketInADeepDirectory(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	s, err := ListenTicks(dir, nil)
+	s, err := Listen(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if !IsTickAddr(s.Addr()) || !strings.HasPrefix(s.Addr(), dir+"/") {
+	if !IsAddr(s.Addr()) || !strings.HasPrefix(s.Addr(), dir+"/") {
 		t.Fatalf("address %q", s.Addr())
 	}
 	ticked := make(chan time.Time, 1)
 	go s.Serve(func(int) bool { return true }, closed(), func(at time.Time) { ticked <- at })
 	ctx, cancel := context.WithTimeout(context.Background(), testsupport.Guard)
 	defer cancel()
-	if err := SendTick(ctx, s.Addr()); err != nil {
+	if err := Send(ctx, s.Addr()); err != nil {
 		t.Fatalf("tick over a %d-byte path: %v", len(s.Addr()), err)
 	}
 	testsupport.Recv(t, ticked, "the tick")
@@ -225,7 +225,7 @@ func TestTickSocketInADeepDirectory(t *testing.T) {
 	}
 }
 
-func TestIsTickAddr(t *testing.T) {
+func TestIsAddr(t *testing.T) {
 	good := "/var/lib/fencerun/ticks/t-0123456789abcdef0123456789abcdef"
 	for addr, want := range map[string]bool{
 		good: true,
@@ -237,12 +237,12 @@ func TestIsTickAddr(t *testing.T) {
 		"/ticks/x-0123456789abcdef0123456789abcdef":       false,
 		"/ticks/t-0123456789abcdef0123456789abcdef/":      false,
 	} {
-		if got := IsTickAddr(addr); got != want {
-			t.Errorf("IsTickAddr(%q) = %v", addr, got)
+		if got := IsAddr(addr); got != want {
+			t.Errorf("IsAddr(%q) = %v", addr, got)
 		}
 	}
-	if m := TickMarker(good); m != "FENCERUN_TICK="+good {
-		t.Errorf("TickMarker = %q", m)
+	if m := Marker(good); m != "FENCERUN_TICK="+good {
+		t.Errorf("Marker = %q", m)
 	}
 }
 
@@ -252,7 +252,7 @@ func TestIsTickAddr(t *testing.T) {
 // listener's error, and a process exiting then left its socket behind.
 func TestCloseWaitsForTheSocketsRemoval(t *testing.T) {
 	for i := 0; i < 200; i++ {
-		s, err := ListenTicks(t.TempDir(), nil)
+		s, err := Listen(t.TempDir(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +272,7 @@ func TestCloseWaitsForTheSocketsRemoval(t *testing.T) {
 // Here the caller writes up to 64 MiB: the holder must stop reading (the
 // write fails) long before, within what the socket's buffers hold.
 func TestATickRequestIsBounded(t *testing.T) {
-	s, err := ListenTicks(t.TempDir(), nil)
+	s, err := Listen(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
