@@ -92,14 +92,42 @@ func TestForkHopperNeverSurvives(t *testing.T) {
 	}
 }
 
-// leftoverKinds start, under a wrapper that is then SIGKILLed, a process of
-// each kind that a search by environment misses, and write their pids: an
-// `env -i` process in the command's group, a `setsid env -i` double fork,
-// a process that rewrote its title over its environment, a non-dumpable
-// one, and the command itself exec'ing a setgid program (which clears the
-// parent-death signal, so it outlives the wrapper).
-func leftoverKinds(t *testing.T, s *sandbox) string {
-	left := buildC(t, "leftover")
+// S2 (issue 26, point 10): a set-group-ID command, whose exec clears the
+// parent-death signal, still dies when its wrapper is SIGKILLed: a watcher
+// stands in. Before, it outlived the wrapper (9/9) until the next holder.
+func TestSetIDCommandDiesWithItsWrapper(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	setgid := setgidSleep(t)
+	c := s.fencerun("holder", "run", "--key", "k", "--cgroup", "off", "--", setgid, "1000")
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	s.start(c)
+	var cmd int
+	if err := waitFor(func() bool {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", c.Process.Pid))
+		var kids []int
+		for _, f := range tasks {
+			kids = append(kids, readPids(f)...)
+		}
+		for _, k := range kids {
+			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", k)); exe == setgid {
+				cmd = k
+			}
+		}
+		return cmd != 0
+	}); err != nil {
+		t.Fatal("the set-group-ID command never ran")
+	}
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	exitOf(t, c)
+	t.Cleanup(func() { syscall.Kill(cmd, syscall.SIGKILL) })
+	waitGone(t, cmd)
+}
+
+// setgidSleep is a copy of sleep, set-group-ID to nogroup.
+func setgidSleep(t *testing.T) string {
 	setgid := filepath.Join(t.TempDir(), "sleep-setgid")
 	b, err := os.ReadFile("/bin/sleep")
 	if err != nil {
@@ -114,6 +142,18 @@ func leftoverKinds(t *testing.T, s *sandbox) string {
 	if err := os.Chmod(setgid, 0o755|fs.ModeSetgid); err != nil {
 		t.Fatal(err)
 	}
+	return setgid
+}
+
+// leftoverKinds start, under a wrapper that is then SIGKILLed, a process of
+// each kind that a search by environment misses, and write their pids: an
+// `env -i` process in the command's group, a `setsid env -i` double fork,
+// a process that rewrote its title over its environment, a non-dumpable
+// one, and the command itself exec'ing a setgid program (which clears the
+// parent-death signal, so it outlives the wrapper).
+func leftoverKinds(t *testing.T, s *sandbox) string {
+	left := buildC(t, "leftover")
+	setgid := setgidSleep(t)
 	return `env -i /bin/sleep 1000 & echo $! > envi.pid
 (setsid env -i /bin/sleep 1000 & echo $! > setsid.pid)
 ` + left + ` title title.pid &

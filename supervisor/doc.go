@@ -63,7 +63,11 @@
 //     finish until then.
 //   - The direct child has Pdeathsig SIGKILL, set from an OS thread that
 //     lives until the child is reaped (go.dev/issue/27505): if this process
-//     is SIGKILLed, the command dies at once.
+//     is SIGKILLed, the command dies at once. A command whose program is
+//     set-user-ID, set-group-ID or has file capabilities (its exec clears
+//     Pdeathsig) gets a watcher instead (deathwatch_linux.go); one that
+//     execs such a program later (sh -c 'exec sudo ...') does not, and
+//     outlives this process's SIGKILL until the next holder stops it.
 //   - Under a terminal, when this process is in the foreground, the
 //     command's group is made the foreground group (so Ctrl-C reaches it and
 //     it is never stopped by SIGTTIN or SIGTTOU) and the foreground is given

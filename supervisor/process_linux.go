@@ -67,6 +67,7 @@ type Process struct {
 	cg         *cgroup
 	clock      boottime.Clock
 	foreign    bool          // /proc is another pid namespace's: see pidns_linux.go
+	watch      *watcher      // stands in for Pdeathsig, which the exec clears; or nil
 	allGone    chan struct{} // foreign: no child is left
 
 	exited chan struct{} // the direct child exited
@@ -255,6 +256,12 @@ func (p *Process) fork(path string, argv, env []string) error {
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, p.cg.fd
 		p.log.Debug("cgroup created", "cgroup", p.cg.path)
 	}
+	if !p.foreign && changesCredentials(path) {
+		var err error
+		if p.watch, err = startWatcher(); err != nil {
+			p.log.Warn("the command's exec clears its Pdeathsig, and no watcher stands in", "error", err)
+		}
+	}
 	p.subscribe()
 	started := make(chan error)
 	execPath, execArgv := path, argv
@@ -263,6 +270,7 @@ func (p *Process) fork(path string, argv, env []string) error {
 	}
 	go p.run(execPath, execArgv, attr, started)
 	if err := <-started; err != nil {
+		p.watch.release()
 		p.unsubscribe()
 		p.closeTerminal()
 		unix.Close(p.wake)
@@ -297,6 +305,7 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 			p.start = q.start
 		}
 		reg.procs[pid] = p
+		p.watch.arm(pid, p.start)
 	}
 	reg.mu.Unlock()
 	started <- err
@@ -372,6 +381,7 @@ func (p *Process) reaped(pid int, ws syscall.WaitStatus, err error) {
 		p.log.Debug("reaped", "pid", pid, "code", p.status.Code)
 	}
 	p.unsubscribe()
+	p.watch.release()
 	close(p.done)
 }
 
@@ -645,7 +655,7 @@ func (p *Process) seed(direct map[int]string) func(proc) bool {
 // join that group (fencerun starts no other children). direct maps the pid
 // of each running command to its marker.
 func (p *Process) adopts(q proc, self int, direct map[int]string) bool {
-	if q.ppid != self || q.start < p.start {
+	if q.ppid != self || q.start < p.start || p.watch != nil && q.pid == p.watch.pid {
 		return false
 	}
 	if _, ok := direct[q.pid]; ok {
