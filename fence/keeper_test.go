@@ -1,12 +1,17 @@
 package fence_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/internal/boottime"
@@ -201,6 +206,74 @@ func TestFailingRenewalsGiveUpBeforeExpiry(t *testing.T) {
 	if want := start + ttl - 300*time.Millisecond; e.StopBy != want {
 		t.Errorf("StopBy = +%v, want +%v (expiry less margin)", e.StopBy-start, want-start)
 	}
+	// E10: the stop names the last renewal's error.
+	if !strings.Contains(e.Error(), "the last renewal failed: disk on fire") {
+		t.Errorf("the stop says %q: want the last renewal's error", e.Error())
+	}
+}
+
+// E10: retries on a lease that is still healthy are one warning an
+// outage, not one an attempt; its end is said once.
+func TestOneWarningPerOutage(t *testing.T) {
+	var buf syncBuffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
+	l := newTestLease()
+	clk := boottime.NewFake(time.Hour)
+	l.term, l.granted = store.Term{Start: clk.Now(), TTL: 6 * time.Second}, 6*time.Second
+	k, err := fence.New(fence.Config{Lease: l, TTL: 6 * time.Second, Clock: clk, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	start := clk.Now()
+	// Each renewal at +at, once the keeper has armed its timer for it
+	// (a success is due TTL/3 later, a failure's retry TTL/10).
+	renew := func(err error, at time.Duration) {
+		t.Helper()
+		clk.WaitArmed(start + at)
+		clk.Advance(start + at - clk.Now())
+		testsupport.Recv(t, l.renews, "a renewal")
+		l.renewErr <- err
+	}
+	fail := errors.New("no answer within 2s")
+	for _, at := range []time.Duration{0, 5800 * time.Millisecond} { // two outages of three failures each
+		renew(nil, at+2*time.Second)
+		renew(fail, at+4*time.Second)
+		renew(fail, at+4600*time.Millisecond)
+		renew(fail, at+5200*time.Millisecond)
+		renew(nil, at+5800*time.Millisecond)
+	}
+	clk.WaitArmed(start + 13600*time.Millisecond)
+	k.Interrupt()
+	testsupport.Recv(t, done, "Run to return")
+	out := buf.String()
+	if n := strings.Count(out, "lease operation failed"); n != 2 {
+		t.Errorf("%d retry warnings for 2 outages of 3 failures, want 2:\n%s", n, out)
+	}
+	if n := strings.Count(out, "lease renewed again"); n != 2 {
+		t.Errorf("%d lines for the ends of 2 outages, want 2:\n%s", n, out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestHungStoreStillGivesUp(t *testing.T) {
@@ -209,8 +282,12 @@ func TestHungStoreStillGivesUp(t *testing.T) {
 	testsupport.Recv(t, r.l.renews, "renewal")
 	// Never answered: the store hangs.
 	r.clk.Advance(2 * time.Second)
-	if e := r.end(t); e.Reason != fence.Lost {
+	e := r.end(t)
+	if e.Reason != fence.Lost {
 		t.Fatalf("reason %v, want lost", e.Reason)
+	}
+	if !strings.Contains(e.Error(), "has no answer") {
+		t.Errorf("the stop says %q: want the renewal without an answer", e.Error())
 	}
 }
 

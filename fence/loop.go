@@ -58,10 +58,12 @@ type loop struct {
 	ops     chan opRequest
 	results chan opResult
 
-	inflight  bool
-	expiry    time.Duration // the lease's local expiry
-	nextRenew time.Duration
-	retry     time.Duration // after a failed renewal or check
+	inflight     bool
+	inflightKind opKind
+	inflightSent time.Duration
+	expiry       time.Duration // the lease's local expiry
+	nextRenew    time.Duration
+	retry        time.Duration // after a failed renewal or check
 
 	checkWanted bool
 	checkAt     time.Duration // a failed check is retried from then on
@@ -76,6 +78,14 @@ type loop struct {
 	resumeOp bool          // the operation in flight is that renewal
 	resumeBy time.Duration // no answer by then: the lease counts as lost
 	lostErr  error         // lost while paused, told to Resume
+
+	// An outage is the failed operations since the last successful
+	// renewal: the first is logged as a warning, the others at debug,
+	// and its end once (E10). lastErr is the last renewal's error, which
+	// a lease lost to the clock names.
+	failures    int
+	outageSince time.Duration
+	lastErr     error
 
 	known              time.Duration // the clock, read since the select returned; 0: unread
 	armedAt, armedThen time.Duration // the timer's last setting
@@ -153,7 +163,7 @@ func (l *loop) step(now time.Duration) error {
 		l.answer(l.lost(fmt.Errorf("no answer from the store within %v of running again", l.k.ttl/3)))
 	}
 	if !l.paused && now >= l.deadline() {
-		return l.lost(fmt.Errorf("lease not renewed within %v of its expiry", l.k.reserve()))
+		return l.lost(l.notRenewed(now))
 	}
 	if l.inflight {
 		return nil
@@ -183,8 +193,22 @@ func (l *loop) step(now time.Duration) error {
 // caller's grace before the local expiry.
 func (l *loop) deadline() time.Duration { return l.expiry - l.k.reserve() }
 
+// notRenewed says why the lease ran out by the clock: the last renewal's
+// error, or the renewal still without an answer (E10).
+func (l *loop) notRenewed(now time.Duration) error {
+	within := l.k.reserve()
+	switch {
+	case l.inflight && l.inflightKind == opRenew && l.lastErr == nil:
+		return fmt.Errorf("lease not renewed within %v of its expiry: the renewal sent %v ago has no answer",
+			within, (now - l.inflightSent).Round(time.Millisecond))
+	case l.lastErr != nil:
+		return fmt.Errorf("lease not renewed within %v of its expiry; the last renewal failed: %w", within, l.lastErr)
+	}
+	return fmt.Errorf("lease not renewed within %v of its expiry", within)
+}
+
 func (l *loop) start(kind opKind, sent time.Duration) {
-	l.inflight = true
+	l.inflight, l.inflightKind, l.inflightSent = true, kind, sent
 	l.ops <- opRequest{kind: kind, sent: sent}
 }
 
@@ -283,8 +307,20 @@ func (l *loop) failed(r opResult, wasResume bool) {
 			l.answer(l.lost(fmt.Errorf("lease not confirmed after running again: %w", r.err)))
 		}
 	}
-	k.log.Warn("lease operation failed; retrying", "op", r.kind.String(), "error", r.err,
-		"expires_in", (l.expiry - k.clock.Now()).Round(time.Millisecond))
+	// One warning an outage (E10): a member gone silent made one a
+	// retry, every ~13 s, on a lease that was never in danger.
+	if r.kind == opRenew {
+		l.lastErr = r.err
+	}
+	l.failures++
+	expiresIn := (l.expiry - k.clock.Now()).Round(time.Millisecond)
+	if l.failures == 1 {
+		l.outageSince = r.sent
+		k.log.Warn("lease operation failed; retrying", "op", r.kind.String(), "error", r.err, "expires_in", expiresIn)
+	} else {
+		k.log.Debug("lease operation failed again; retrying", "op", r.kind.String(), "error", r.err,
+			"failures", l.failures, "expires_in", expiresIn)
+	}
 	switch r.kind {
 	case opRenew:
 		l.nextRenew = r.sent + l.retry
@@ -300,6 +336,10 @@ func (l *loop) failed(r opResult, wasResume bool) {
 func (l *loop) renewed(r opResult, wasResume bool) {
 	k := l.k
 	at := k.clock.Now()
+	if l.failures > 0 {
+		k.log.Info("lease renewed again", "failures", l.failures, "outage", logfield.Duration(at-l.outageSince))
+		l.failures, l.lastErr = 0, nil
+	}
 	term := renewed(r, at)
 	l.expiry = term.End()
 	l.nextRenew = term.Start + term.TTL/3

@@ -210,16 +210,26 @@ func earliest(a, b time.Duration) time.Duration {
 // keeping runs the keeper: it ends when the lease is lost, and renews
 // until the command's tree is gone, so that a fence that breaks while the
 // command is being stopped still cuts its grace short (S3, S5).
+//
+// A lost lease is said at once, before the command is stopped (E10): the
+// lines the stop makes ("command ended") follow the reason, and outcome
+// does not say it again.
 type keeping struct {
 	keeper *fence.Keeper
 	cmd    *command
+	log    hclog.Logger
 	err    error // how the keeper ended; read after the group
+	told   bool  // the lost lease was logged
 }
 
 func (k *keeping) execute(ctx context.Context) error {
 	k.err = k.keeper.Run(ctx)
 	var end *fence.EndError
-	if errors.As(k.err, &end) && end.StopBy != 0 {
+	if errors.As(k.err, &end) && end.Reason == fence.Lost {
+		logStop(k.log, end)
+		k.told = true
+	}
+	if end != nil && end.StopBy != 0 {
 		k.cmd.stop(end.StopBy) // the tree must be dead before the lease can expire
 	}
 	return k.err

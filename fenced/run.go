@@ -300,7 +300,7 @@ var errInterrupted = errors.New("fenced: interrupted by a signal")
 // actors in actors.go and says how it ended.
 func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.Lease, keeper *fence.Keeper) Outcome {
 	cmd := newCommand(cfg, lease, log)
-	keep := &keeping{keeper: keeper, cmd: cmd}
+	keep := &keeping{keeper: keeper, cmd: cmd, log: log}
 	var g run.Group
 	g.Add(func() error { return keep.execute(ctx) }, keep.interrupt)
 	req := newRequests(keeper)
@@ -329,12 +329,12 @@ func supervise(ctx context.Context, cfg *Config, log hclog.Logger, lease store.L
 	// runnext), so the start goes before the others' set-up.
 	g.Add(func() error { return cmd.execute(ctx) }, cmd.interrupt)
 	err := g.Run()
-	return outcome(err, keep.err, cmd, cfg, log)
+	return outcome(err, keep, cmd, cfg, log)
 }
 
 // outcome reads how the group ended: the first actor's error, except that
 // a fence that broke wins whatever ended the group first (S5).
-func outcome(err, keeperErr error, cmd *command, cfg *Config, log hclog.Logger) Outcome {
+func outcome(err error, keep *keeping, cmd *command, cfg *Config, log hclog.Logger) Outcome {
 	var (
 		end     *fence.EndError
 		intr    *interruptedError
@@ -363,17 +363,22 @@ func outcome(err, keeperErr error, cmd *command, cfg *Config, log hclog.Logger) 
 		// the answer.
 		return Outcome{End: Failed, Err: err}
 	}
-	if errors.As(keeperErr, &end) && end.Reason == fence.Lost {
+	if errors.As(keep.err, &end) && end.Reason == fence.Lost {
 		out.End = FenceBroken // also when it broke while the command was being stopped
 	}
-	if end != nil {
-		level := hclog.Warn
-		if end.Reason == fence.Lost {
-			level = hclog.Error
-		}
-		log.Log(level, "the command was stopped", "reason", end.Reason.String(), "detail", errtext.Sentence(end))
+	if end != nil && !(end.Reason == fence.Lost && keep.told) {
+		logStop(log, end)
 	}
 	return out
+}
+
+// logStop says why the command was stopped.
+func logStop(log hclog.Logger, end *fence.EndError) {
+	level := hclog.Warn
+	if end.Reason == fence.Lost {
+		level = hclog.Error
+	}
+	log.Log(level, "the command was stopped", "reason", end.Reason.String(), "detail", errtext.Sentence(end))
 }
 
 var endOf = map[fence.Reason]End{
