@@ -55,6 +55,13 @@ waiters count="1000":
 once-soak periods="30":
     FENCERUN_ONCE_PERIODS={{periods}} go test -race -count=1 -run 'TestOncePerPeriodConcurrent' -v -timeout 0 ./integration/...
 
+# etcd across hosts (root): a 3-member cluster, one member per network
+# namespace; runs of each fault (link down, packets dropped, leader killed
+# or moved) for fencerun and etcdctl lock --ttl 6, and the leader kill at
+# TTLs 2-5; logs runs / failovers kept / overlaps / median takeover.
+chaos-etcd runs="20":
+    FENCERUN_CHAOS_ETCD={{runs}} go test -count=1 -v -run 'TestEtcdFailoverAcrossHosts|TestEtcdElectionsAreNotFailures' -timeout 0 ./integration/ | grep -v '^20[0-9][0-9]-'
+
 # Benchmarks: fencerun against flock(1), and fencerun --etcd against etcdctl lock on an etcd
 # server of its own (docs/CONTRACT.md P1-P7), the store's Go benchmarks included; rewrites
 # BENCHMARKS.md. Flags pass through: just bench -bench-count 6; just bench -only p7 (prints only)

@@ -386,6 +386,29 @@ var endOf = map[fence.Reason]End{
 	fence.Handover: HandedOver, fence.Stuck: Stuck,
 }
 
+// byHost names each host of trees once, with how many records it has
+// (E11): a host that is gone leaves its records until forgotten, and a
+// list of every one grew with each takeover.
+func byHost(trees []store.Leftover) string {
+	var hosts []string
+	n := map[string]int{}
+	for _, t := range trees {
+		if n[t.Host] == 0 {
+			hosts = append(hosts, t.Host)
+		}
+		n[t.Host]++
+	}
+	var out []string
+	for _, h := range hosts {
+		what := "records"
+		if n[h] == 1 {
+			what = "record"
+		}
+		out = append(out, fmt.Sprintf("%s (%d %s)", store.Printable(h), n[h], what))
+	}
+	return strings.Join(out, ", ")
+}
+
 // stopLeftovers stops what dead predecessors left running (S2), so that
 // nothing of their trees runs beside this holder's command, and then tells
 // the store they are gone. It runs to the end, whatever else happens
@@ -412,11 +435,8 @@ func stopLeftovers(ctx context.Context, cfg *Config, lease store.Lease, log hclo
 		// Only a fencerun on that host can stop them (E5): they stay
 		// recorded for it (LeftoversStopped forgets this host's only),
 		// and they do not keep this host's from being forgotten.
-		var on []string
-		for _, t := range elsewhere {
-			on = append(on, fmt.Sprintf("pid %d on %s", t.HolderPID, store.Printable(t.Host)))
-		}
-		log.Warn("dead holders' leftovers may run on another host; they are left to a fencerun there (prune there stops them)", "holders", strings.Join(on, ", "))
+		log.Warn("dead holders' leftovers may run on another host; they are left to a fencerun there "+
+			"(prune there stops them; prune --forget-host HOST forgets a host gone for good)", "hosts", byHost(elsewhere))
 	}
 	if err := lease.LeftoversStopped(ctx); err != nil {
 		log.Warn("could not record that the leftovers are gone; the next holder will look again", "error", err)

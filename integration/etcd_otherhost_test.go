@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
 )
 
@@ -123,7 +125,7 @@ func TestEtcdOtherHostsDeadHolderIsLeftToThatHost(t *testing.T) {
 	if f.count(confirmed) != 1 || f.count(queued) != 1 {
 		t.Errorf("another host's records were deleted here: confirmed %d, queued %d", f.count(confirmed), f.count(queued))
 	}
-	if n := strings.Count(out, "pid 4242 on "+other); n != 1 || strings.Contains(out, "4243") {
+	if n := strings.Count(out, other+" (1 record)"); n != 1 || strings.Contains(out, "4243") {
 		t.Errorf("the run named the other host's dead holder %d times, want once, and never its queued record", n)
 	}
 	for _, args := range [][]string{{"status", "oh"}, {"status", "oh", "--json"}, {"list"}} {
@@ -132,5 +134,66 @@ func TestEtcdOtherHostsDeadHolderIsLeftToThatHost(t *testing.T) {
 		if err != nil || strings.Contains(string(b), "leftovers") {
 			t.Errorf("%v: %v, want no leftovers reported here", args, err)
 		}
+	}
+}
+
+// E11: the records of a host gone for good are named once per takeover,
+// as that host with how many records it has, not one entry each, a list
+// that grew with every dead holder there; prune --forget-host HOST drops
+// them, but for those of HOST's live contenders, and refuses this host
+// (prune stops its leftovers) and the file backend (no other host's
+// records). Before, there was no way to drop them: every takeover named
+// them all, forever.
+func TestEtcdForgetHostDropsAGoneHostsRecords(t *testing.T) {
+	f := newForged(t)
+	const gone = "e11-gone-host.invalid"
+	recs := []string{"_fencerun/leftovers/fh/7001", "_fencerun/leftovers/fh/7002", "_fencerun/leftovers/fh/7003"}
+	for i, k := range recs {
+		f.put(k, map[string]any{"marker": "M=gone", "host": gone, "name": "g", "pid": 5000 + i, "fence": 9 + i})
+	}
+	out := f.run("fh")
+	if n := strings.Count(out, gone); n != 1 || !strings.Contains(out, gone+" (3 records)") {
+		t.Errorf("the takeover named %s %d times, want once with its 3 records:\n%s", gone, n, out)
+	}
+	// A live contender of the gone host's name: its record stays.
+	g, err := f.cl.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := fmt.Sprintf("fh/%x", int64(g.ID))
+	if _, err := f.cl.Put(context.Background(), live, "", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	f.put("_fencerun/leftovers/"+live, map[string]any{"marker": "M=live", "host": gone, "name": "l", "pid": 6000})
+
+	b, err := onEtcd(t, f.c.Endpoints(), "prune", "--forget-host", gone, "--json").Output()
+	if err != nil {
+		t.Fatalf("prune --forget-host: %v\n%s", err, b)
+	}
+	for _, k := range recs {
+		if f.count(k) != 0 || !strings.Contains(string(b), k) {
+			t.Errorf("%s: still there after prune --forget-host, or not reported:\n%s", k, b)
+		}
+	}
+	if f.count("_fencerun/leftovers/"+live) != 1 {
+		t.Error("prune --forget-host dropped a live contender's record")
+	}
+	if _, err := f.cl.Revoke(context.Background(), g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cl.Delete(context.Background(), "_fencerun/leftovers/"+live); err != nil {
+		t.Fatal(err)
+	}
+	if out := f.run("fh"); strings.Contains(out, gone) {
+		t.Errorf("a takeover after --forget-host still names %s:\n%s", gone, out)
+	}
+	me, _ := os.Hostname()
+	for _, args := range [][]string{{"prune", "--forget-host", me}} {
+		if code := testsupport.ExitCode(t, onEtcd(t, f.c.Endpoints(), args...).Run()); code != 125 {
+			t.Errorf("%v: exit %d, want 125", args, code)
+		}
+	}
+	if code := testsupport.ExitCode(t, fencerun(t.TempDir(), "prune", "--forget-host", gone).Run()); code != 125 {
+		t.Errorf("prune --forget-host on the file backend: exit %d, want 125", code)
 	}
 }

@@ -130,7 +130,7 @@ func (r failoverResult) check(t *testing.T) {
 // runs the witness as who.
 func contenderArgs(l *netlab, tool string, ttl int, script, dir, who string) []string {
 	if tool == "etcdctl" {
-		return []string{"etcdctl", "--endpoints", l.endpoints(), "lock", "--ttl", strconv.Itoa(ttl), "fo", "sh", script, dir, who}
+		return []string{"etcdctl", "--endpoints", l.endpoints(), "lock", "--ttl", strconv.Itoa(ttl), "fo", "--", "sh", script, dir, who}
 	}
 	return []string{bin, "run", "--etcd", l.endpoints(), "--key", "fo", "--ttl", strconv.Itoa(ttl), "--name", who, "--", "sh", script, dir, who}
 }

@@ -279,6 +279,10 @@ type Holder struct {
 	// Leftovers, on a Predecessor, are every tree that may still run: its
 	// own and those of earlier dead holders not yet confirmed gone.
 	Leftovers []Leftover `json:"-"`
+	// Foreign: the holder is not fencerun (etcdctl lock, another
+	// concurrency.Mutex). It does not watch its lease: a revocation
+	// stops nothing of its command.
+	Foreign bool `json:"-"`
 }
 
 // Leftover is a command tree that a dead holder may have left running, and

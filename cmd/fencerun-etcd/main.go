@@ -29,7 +29,8 @@ func main() {
 // open opens the etcd backend the flags name. TLS is used when a
 // certificate flag is given or an endpoint is https:// or unixs://.
 func open(f cli.EtcdFlags, log hclog.Logger) (store.Store, error) {
-	o := etcdstore.Options{Endpoints: f.Endpoints(), DialTimeout: f.DialTimeout, Logger: log, Running: supervisor.CountTrees}
+	o := etcdstore.Options{Endpoints: f.Endpoints(), DialTimeout: f.DialTimeout, Logger: log, Running: supervisor.CountTrees,
+		CACert: f.Cacert, Cert: f.Cert, Key: f.KeyFile}
 	o.Username, o.Password = f.Credentials()
 	if f.Cacert != "" || f.Cert != "" || f.KeyFile != "" || wantsTLS(f.Etcd) {
 		cfg, err := etcdstore.TLSConfig(f.Cacert, f.Cert, f.KeyFile)

@@ -634,10 +634,11 @@ func (s *Store) describeAll(ctx context.Context, kvs []*mvccpb.KeyValue) ([]stor
 	}
 	out := make([]store.Holder, len(kvs))
 	for i, kv := range kvs {
-		h := store.Holder{Name: notFencerun, Fence: uint64(kv.CreateRevision)}
+		h := store.Holder{Name: notFencerun, Fence: uint64(kv.CreateRevision), Foreign: true}
 		if d := rs[2*i]; len(d.Kvs) > 0 {
 			var r desc
 			if json.Unmarshal(d.Kvs[0].Value, &r) == nil {
+				h.Foreign = false
 				h.Name, h.PID, h.Host, h.Reason, h.Acquired = r.Name, r.PID, r.Host, r.Reason, r.Acquired
 				h.CommandPID, h.LastTick = r.CommandPID, r.LastTick
 			}

@@ -267,6 +267,31 @@ func (s *Store) pruneQueued(ctx context.Context) ([]store.Pruned, error) {
 	if s.running == nil {
 		return nil, nil
 	}
+	return s.dropRecords(ctx, "dead waiter's record", func(kv *mvccpb.KeyValue) bool {
+		r, ok := parseLeftover(kv)
+		if !ok || !r.Queued || r.Host != s.host || alive(r.PID) {
+			return false
+		}
+		n, err := s.running([]store.Leftover{bound(r, s.host).tree()})
+		return err == nil && n == 0 // else a tree runs: the next holder here stops it
+	})
+}
+
+// ForgetHost deletes the leftover records of host, a host gone for good
+// (prune --forget-host, E11): only a fencerun there could stop or count
+// the trees they name, and until they are deleted every takeover of their
+// keys names them. Records of host's live contenders (whose contender key
+// is still there) stay: such a host is not gone.
+func (s *Store) ForgetHost(ctx context.Context, host string) ([]store.Pruned, error) {
+	return s.dropRecords(ctx, "record of forgotten host "+store.Printable(host), func(kv *mvccpb.KeyValue) bool {
+		var r leftover
+		return json.Unmarshal(kv.Value, &r) == nil && r.Host == host
+	})
+}
+
+// dropRecords deletes the leftover records drop picks, each only as it was
+// read and while its contender key is absent, and says which it deleted.
+func (s *Store) dropRecords(ctx context.Context, what string, drop func(*mvccpb.KeyValue) bool) ([]store.Pruned, error) {
 	octx, cancel := s.op(ctx)
 	resp, err := s.c.Get(octx, side+"leftovers/", clientv3.WithPrefix())
 	cancel()
@@ -275,16 +300,11 @@ func (s *Store) pruneQueued(ctx context.Context) ([]store.Pruned, error) {
 	}
 	out := []store.Pruned{}
 	for _, kv := range resp.Kvs {
-		r, ok := parseLeftover(kv)
-		rest, _ := strings.CutPrefix(string(kv.Key), side+"leftovers/")
-		i := strings.LastIndexByte(rest, '/')
-		if !ok || !r.Queued || r.Host != s.host || alive(r.PID) || i <= 0 {
+		// The record's key is the contender's under side+"leftovers/".
+		contender, _ := strings.CutPrefix(string(kv.Key), side+"leftovers/")
+		i := strings.LastIndexByte(contender, '/')
+		if i <= 0 || !drop(kv) {
 			continue
-		}
-		key, contender := rest[:i], rest
-		tree := []store.Leftover{bound(r, s.host).tree()}
-		if n, err := s.running(tree); err != nil || n > 0 {
-			continue // a tree runs: the next holder here stops it
 		}
 		octx, cancel := s.op(ctx)
 		done, err := s.c.Txn(octx).If(
@@ -296,7 +316,7 @@ func (s *Store) pruneQueued(ctx context.Context) ([]store.Pruned, error) {
 			return out, s.fail("delete "+string(kv.Key), err)
 		}
 		if done.Succeeded {
-			out = append(out, store.Pruned{Key: key, What: "dead waiter's record", Path: string(kv.Key)})
+			out = append(out, store.Pruned{Key: contender[:i], What: what, Path: string(kv.Key)})
 		}
 	}
 	return out, nil

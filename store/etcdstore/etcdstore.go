@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +36,13 @@ type Options struct {
 	// unanswered before it fails naming the endpoints and the cause (E6).
 	DialTimeout time.Duration
 	TLS         *tls.Config // nil: plain connections
-	Username    string
-	Password    string
-	Logger      hclog.Logger // nil: discarded
+	// CACert, Cert and Key name the files TLS was built from, for the
+	// command's environment (E9: ETCDCTL_CACERT, ETCDCTL_CERT,
+	// ETCDCTL_KEY); empty ones are not given.
+	CACert, Cert, Key string
+	Username          string
+	Password          string
+	Logger            hclog.Logger // nil: discarded
 	// Running counts the processes of trees on this host (the caller's
 	// supervisor.CountTrees): Prune deletes a dead waiter's record only
 	// when nothing of its tree runs. Nil: it deletes none. The backend
@@ -78,6 +83,7 @@ type Store struct {
 	log     hclog.Logger
 	host    string
 	running func([]store.Leftover) (int, error)
+	env     []string // what the command is told of the cluster (Lease.Env)
 
 	ticksOnce sync.Once
 	ticks     string
@@ -104,6 +110,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s := &Store{eps: opts.Endpoints, timeout: opts.DialTimeout, tls: opts.TLS, log: opts.Logger.Named("store"), running: opts.Running}
 	s.host, _ = os.Hostname()
+	s.env = commandEnv(opts)
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   opts.Endpoints,
 		DialTimeout: opts.DialTimeout,
@@ -141,6 +148,26 @@ func (s *Store) Close() error {
 		os.RemoveAll(s.ticks)
 	}
 	return s.c.Close()
+}
+
+// commandEnv is what a command run under a lease of this store is told
+// of the cluster, as etcdctl reads it, so that its own etcdctl (the
+// README's fencing transaction) reaches the same cluster the same way
+// (E9): the endpoints, and the TLS files fencerun was given, as absolute
+// paths (the command may change its directory). Never the user or the
+// password: fencerun passes no credentials on.
+func commandEnv(o Options) []string {
+	env := []string{"ETCDCTL_ENDPOINTS=" + strings.Join(o.Endpoints, ",")}
+	for _, f := range []struct{ name, path string }{{"ETCDCTL_CACERT", o.CACert}, {"ETCDCTL_CERT", o.Cert}, {"ETCDCTL_KEY", o.Key}} {
+		if f.path == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(f.path); err == nil {
+			f.path = abs
+		}
+		env = append(env, f.name+"="+f.path)
+	}
+	return env
 }
 
 // TickDir is the directory for the tick sockets of commands run under this

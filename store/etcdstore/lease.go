@@ -62,9 +62,10 @@ func (l *Lease) Fence() uint64            { return uint64(l.rev) }
 func (l *Lease) Term() store.Term         { return l.term }
 func (l *Lease) Changes() <-chan struct{} { return l.changes }
 
-// Env is what etcdctl lock gives its command.
+// Env is what etcdctl lock gives its command, and the cluster as
+// etcdctl reads it (commandEnv).
 func (l *Lease) Env() []string {
-	return []string{"ETCD_LOCK_KEY=" + l.myKey, "ETCD_LOCK_REV=" + strconv.FormatInt(l.confirmed, 10)}
+	return append([]string{"ETCD_LOCK_KEY=" + l.myKey, "ETCD_LOCK_REV=" + strconv.FormatInt(l.confirmed, 10)}, l.s.env...)
 }
 
 // Predecessor is the newest holder whose leftover record was found at

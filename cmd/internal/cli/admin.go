@@ -53,6 +53,11 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 	switch {
 	case !had:
 		fmt.Printf("%s was free: nothing to release\n", c.Key)
+	case serr == nil && before.Holder != nil && before.Holder.Foreign:
+		// etcdctl lock does not watch its lease (E9): say what happens.
+		fmt.Printf("released %s: revoked %s, fence %d; it is not fencerun and does not watch its lease, so its command is not stopped: "+
+			"it runs on unfenced beside the next holder unless stopped where it runs (its fence, the revision, no longer compares)\n",
+			c.Key, who(before.Holder), before.Holder.Fence)
 	case serr == nil && before.Holder != nil:
 		h := before.Holder
 		held := ""
@@ -146,11 +151,36 @@ func waitLetGo(what string, fence uint64, wait duration.Wait, status func() (*st
 
 // PruneCmd is `fencerun prune`.
 type PruneCmd struct {
-	JSON bool `name:"json" help:"Print what was removed as a JSON array."`
+	JSON       bool   `name:"json" help:"Print what was removed as a JSON array."`
+	ForgetHost string `placeholder:"HOST" help:"etcd: instead of pruning, drop the leftover records of HOST, a host gone for good (nothing it ran can run any more); those of its live contenders stay."`
+}
+
+// hostForgetter is a backend that keeps other hosts' records (etcd).
+type hostForgetter interface {
+	ForgetHost(ctx context.Context, host string) ([]store.Pruned, error)
+}
+
+// forgetHost drops HOST's leftover records (E11).
+func (c *PruneCmd) forgetHost(ctx context.Context, backend store.Store) ([]store.Pruned, error) {
+	f, ok := backend.(hostForgetter)
+	if !ok {
+		return nil, usage("--forget-host is for etcd (--etcd): the file backend keeps no other host's records")
+	}
+	if me, _ := os.Hostname(); c.ForgetHost == me {
+		return nil, usage("--forget-host %s is this host: prune without it stops this host's leftovers", c.ForgetHost)
+	}
+	removed, err := f.ForgetHost(ctx, c.ForgetHost)
+	if err != nil {
+		return removed, fail(exitFailed, "%v", err)
+	}
+	return removed, nil
 }
 
 // Run prunes and says what it removed.
 func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
+	if c.ForgetHost != "" && g.Etcd == "" {
+		return usage("--forget-host is for etcd (--etcd): the file backend keeps no other host's records")
+	}
 	var removed []store.Pruned
 	backend, err := g.openStore(false)
 	var missing *noState
@@ -162,6 +192,11 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	case err != nil:
 		return err
+	case c.ForgetHost != "":
+		defer backend.Close()
+		if removed, err = c.forgetHost(ctx, backend); err != nil {
+			return err
+		}
 	default:
 		defer backend.Close()
 		if removed, err = backend.Prune(ctx); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -417,7 +418,15 @@ func (r *RunCmd) commandEnv(lease store.Lease, marker string) []string {
 	if r.onceFor != "" {
 		env = append(env, "FENCERUN_ONCE="+r.onceFor)
 	}
-	return append(append(env, lease.Env()...), marker)
+	// The lease's own (ETCDCTL_ENDPOINTS, ...) replace what the command
+	// would inherit under those names: a variable set twice reads as its
+	// first.
+	given := lease.Env()
+	env = slices.DeleteFunc(env, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(given, func(g string) bool { return strings.HasPrefix(g, name+"=") })
+	})
+	return append(append(env, given...), marker)
 }
 
 // wait is how long to wait for the lease: -n and -w 0 not at all; keys
