@@ -148,7 +148,7 @@ type labRun struct {
 func newLabRun(t *testing.T, l *netlab) *labRun {
 	dir := t.TempDir()
 	script := filepath.Join(dir, "witness.sh")
-	if err := os.WriteFile(script, []byte(witnessScript), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(labWitnessScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	l.startCluster()
@@ -221,7 +221,7 @@ func (r *labRun) waitExit(who string, d time.Duration) int {
 func (r *labRun) waitWitness(who, what string, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		for _, w := range readWitness(r.t, r.dir) {
+		for _, w := range readLabWitness(r.t, r.dir) {
 			if w.who == who && w.what == what {
 				return true
 			}
@@ -282,7 +282,7 @@ func runFailover(t *testing.T, l *netlab, tool string, f fault, ttl, n int) (res
 		res.OldExit = r.exited("h")
 		return res
 	}
-	start, _, _ := witnessed(readWitness(t, r.dir), "w")
+	start, _, _ := labWitnessed(readLabWitness(t, r.dir), "w")
 	res.Takeover = start.Sub(cutAt)
 	keep := time.Duration(ttl) * time.Second
 	if chaosEtcd() {
@@ -299,7 +299,7 @@ func runFailover(t *testing.T, l *netlab, tool string, f fault, ttl, n int) (res
 	} else {
 		res.OldExit = r.exited("h")
 	}
-	_, last, overlap := witnessed(readWitness(t, r.dir), "w")
+	_, last, overlap := labWitnessed(readLabWitness(t, r.dir), "w")
 	res.Overlap = overlap
 	if overlap {
 		res.Why += fmt.Sprintf("the old holder's last line at %v, the waiter's start at %v\n%s", last.Format(time.StampMicro), start.Format(time.StampMicro), r.logs("h", "w"))
@@ -349,8 +349,8 @@ func runElection(t *testing.T, l *netlab, tool string, f fault, ttl, n int) (res
 	// Two terms past the new leader: a renewal that the election failed
 	// has had its retries and a term to run out in.
 	time.Sleep(2 * time.Duration(ttl) * time.Second)
-	lines := readWitness(t, r.dir)
-	started := slices.ContainsFunc(lines, func(w witnessLine) bool { return w.who == "w" })
+	lines := readLabWitness(t, r.dir)
+	started := slices.ContainsFunc(lines, func(w labLine) bool { return w.who == "w" })
 	hCode, wCode := r.exited("h"), r.exited("w")
 	switch {
 	case hCode >= 0:

@@ -334,29 +334,29 @@ func (l *netlab) moveLeader(from, to int) {
 	}
 }
 
-// witnessScript is the command every holder runs: it takes a flock on
+// labWitnessScript is the command every holder runs: it takes a flock on
 // dir/resource without waiting (a second command running beside it
 // finds it taken: an overlap), appends "start NAME TIME" (or "overlap
 // NAME TIME") to dir/witness, then "beat NAME TIME" every 50 ms, with
 // the wall clock in nanoseconds. Every line of a holder is written
 // before its tree is dead, so with no overlap a holder's last line comes
 // before the next holder's start.
-const witnessScript = `dir=$1; me=$2
+const labWitnessScript = `dir=$1; me=$2
 exec 9>"$dir/resource"
 if flock -n 9; then echo "start $me $(date +%s%N)" >> "$dir/witness"; else echo "overlap $me $(date +%s%N)" >> "$dir/witness"; fi
 while :; do echo "beat $me $(date +%s%N)" >> "$dir/witness"; sleep 0.05; done
 `
 
-// witnessLine is one line of the witness log.
-type witnessLine struct {
+// labLine is one line of the witness log.
+type labLine struct {
 	what, who string
 	at        time.Time
 }
 
-func readWitness(t *testing.T, dir string) []witnessLine {
+func readLabWitness(t *testing.T, dir string) []labLine {
 	t.Helper()
 	b, _ := os.ReadFile(filepath.Join(dir, "witness"))
-	var out []witnessLine
+	var out []labLine
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) != 3 {
@@ -364,15 +364,15 @@ func readWitness(t *testing.T, dir string) []witnessLine {
 		}
 		var ns int64
 		fmt.Sscan(f[2], &ns)
-		out = append(out, witnessLine{what: f[0], who: f[1], at: time.Unix(0, ns)})
+		out = append(out, labLine{what: f[0], who: f[1], at: time.Unix(0, ns)})
 	}
 	return out
 }
 
-// witnessed finds the first start of who in the witness log, and the last
+// labWitnessed finds the first start of who in the witness log, and the last
 // line of anyone else before it; overlap is whether another's line comes
 // after who's start, or who's command found the resource taken.
-func witnessed(lines []witnessLine, who string) (start, lastOther time.Time, overlap bool) {
+func labWitnessed(lines []labLine, who string) (start, lastOther time.Time, overlap bool) {
 	for _, w := range lines {
 		switch {
 		case w.who == who && w.what == "overlap":

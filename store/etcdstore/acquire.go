@@ -328,8 +328,6 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 	ka := keepAlives{s: a.s, id: a.id}
 	defer ka.drop()
-	// The wait's watch is checked with every keep-alive (E7).
-	probe := startProber(ctx, a.s.c)
 	next := every
 	for {
 		select {
@@ -346,7 +344,7 @@ func (a *acquirer) keep(ctx context.Context, every time.Duration) {
 		// that is being redialled need not heed octx) is trouble too.
 		late := time.AfterFunc(bound, a.troubled)
 		ttl, err := ka.send(clientv3.WithRequireLeader(octx))
-		probe.Poke()
+		a.s.watchProber().Poke() // the wait's watch is checked with it (E7)
 		late.Stop()
 		cancel()
 		switch {

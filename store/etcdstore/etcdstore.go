@@ -85,6 +85,9 @@ type Store struct {
 	running func([]store.Leftover) (int, error)
 	env     []string // what the command is told of the cluster (Lease.Env)
 
+	proberOnce sync.Once
+	prober     *prober // keeps the watches' connection checked (E7)
+
 	ticksOnce sync.Once
 	ticks     string
 	ticksErr  error

@@ -33,7 +33,6 @@ type Lease struct {
 	pred      *store.Holder
 	changes   chan struct{}
 	stopWatch context.CancelFunc
-	probe     *prober // keeps the watch's connection checked (E7)
 
 	mu       sync.Mutex
 	desc     desc
@@ -115,7 +114,7 @@ func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
 	pending := l.pending()
 	l.mu.Unlock()
 	succeeded, cerr := l.compare(ctx, pending)
-	l.probe.Poke()
+	l.s.watchProber().Poke() // the watch's connection is checked with it (E7)
 	ttl, err := answer()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return store.Term{}, l.lost("was revoked or expired: its lease is gone")
@@ -372,7 +371,6 @@ func (l *Lease) release(ctx context.Context, id string) error {
 func (l *Lease) watch() {
 	ctx, cancel := context.WithCancel(l.s.c.Ctx())
 	l.stopWatch = cancel
-	l.probe = startProber(ctx, l.s.c)
 	go l.watchKey(ctx, l.myKey, l.rev+1)
 	go l.watchKey(ctx, cancelKey(l.id), l.rev+1)
 }

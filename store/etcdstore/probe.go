@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -15,11 +16,17 @@ import (
 // bytes the member must acknowledge within keepAliveTimeout, or the
 // connection is closed and the watches resume on a live member. Holders
 // and waiters poke it with every keep-alive, every third of the TTL. The
-// report itself is no event: the watchers skip it.
+// report itself is no event: the watchers skip it. One prober serves a
+// Store (the watches of a client share one stream), and asks at most once
+// every probeSpacing: the report goes to every watch on the stream, so
+// many waiters in one process (a test's) must not each ask.
 type prober struct {
 	c    *clientv3.Client
 	poke chan struct{}
 }
+
+// probeSpacing is the least time between two progress requests.
+const probeSpacing = time.Second
 
 // startProber starts the goroutine that asks, until ctx ends. A request
 // waits while the stream is being opened again (there is then nothing to
@@ -35,9 +42,20 @@ func startProber(ctx context.Context, c *clientv3.Client) *prober {
 			case <-p.poke:
 			}
 			_ = p.c.RequestProgress(wctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(probeSpacing):
+			}
 		}
 	}()
 	return p
+}
+
+// watchProber is the Store's prober, started at the first use.
+func (s *Store) watchProber() *prober {
+	s.proberOnce.Do(func() { s.prober = startProber(s.c.Ctx(), s.c) })
+	return s.prober
 }
 
 // Poke asks for a progress report, without waiting.
