@@ -12,7 +12,6 @@ import (
 
 	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/internal/statefs"
-	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -209,11 +208,11 @@ func (a *attempt) run(ctx context.Context) (*Role, *Refusal, error) {
 // file was moved or unlinked still runs: it stops within a second, and
 // its claim goes with its tree.
 func (a *attempt) takeLocked(ctx context.Context) outcome {
-	c, moved, err := takeClaim(a.p, a.log)
+	c, busy, err := takeClaim(a.p, a.log)
 	if err != nil {
 		return outcome{err: err}
 	}
-	if !moved {
+	if busy == "" {
 		role, err := a.take(c)
 		if err != nil {
 			c.Release()
@@ -223,7 +222,7 @@ func (a *attempt) takeLocked(ctx context.Context) outcome {
 	}
 	a.closeFile()
 	if !a.c.Wait {
-		return outcome{refusal: a.refuse(store.Holder{}, ReasonHeld, "a holder whose lock file was moved or deleted is still stopping its command")}
+		return outcome{refusal: a.refuse(store.Holder{}, ReasonHeld, busy)}
 	}
 	select {
 	case <-ctx.Done():
@@ -386,7 +385,7 @@ func (a *attempt) lock() (bool, error) {
 
 // take makes the locked file the role: the next fence recorded, the holder's
 // watch set up, then the payload written over whatever a dead holder left.
-func (a *attempt) take(c *unixsock.Claim) (*Role, error) {
+func (a *attempt) take(c roleClaims) (*Role, error) {
 	fd := a.fd
 	// Nobody else writes this file while we hold the lock: no range lock.
 	data, err := statefs.ReadFD(fd, a.p.lock)

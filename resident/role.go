@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -32,8 +31,8 @@ type Role struct {
 	// arrived (the watch); answer judges it, then passes it on to changes.
 	requests chan struct{}
 	watch    *roleWatch
-	held     *unixsock.Claim // until the release (moved_linux.go)
-	unwatch  chan struct{}   // stops watchPath
+	held     roleClaims    // until the release (moved_linux.go)
+	unwatch  chan struct{} // stops watchPath
 
 	mu       sync.Mutex
 	file     payloadFile // its fd holds flock(LOCK_EX) on the lock file
