@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
@@ -103,16 +102,13 @@ func (h *Hierarchy) NewPath() string {
 // and the hierarchy's directory mounted there. A read-only mount is an
 // error that says so.
 func cgroup2Mount(mountinfo string) (mount, root string, err error) {
-	f, err := os.Open(mountinfo)
+	b, err := readProcFile(mountinfo)
 	if err != nil {
 		return "", "", fmt.Errorf("supervisor: reading mounts: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
+	for line := range strings.Lines(string(b)) {
 		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		pre, post, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " - ")
 		if !ok {
 			continue
 		}
@@ -130,9 +126,6 @@ func cgroup2Mount(mountinfo string) (mount, root string, err error) {
 			return "", "", fmt.Errorf("supervisor: the cgroup2 hierarchy at %s is missing: %v", mount, err)
 		}
 		return mount, root, nil
-	}
-	if err := sc.Err(); err != nil {
-		return "", "", fmt.Errorf("supervisor: reading %s: %w", mountinfo, err)
 	}
 	return "", "", errors.New("supervisor: no cgroup2 hierarchy is mounted")
 }
@@ -158,7 +151,7 @@ func unescapeMount(s string) string {
 
 // ownCgroup reads this process's cgroup v2 path ("0::/PATH").
 func ownCgroup(file string) (string, error) {
-	b, err := os.ReadFile(file)
+	b, err := readProcFile(file)
 	if err != nil {
 		return "", fmt.Errorf("supervisor: reading this process's cgroup: %w", err)
 	}
