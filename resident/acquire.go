@@ -157,6 +157,9 @@ type attempt struct {
 	w    *waiter // created on the first wait
 
 	holder *store.Holder // last live holder seen
+	// sawLive: a holder's claim was held with its files gone (moved or
+	// removed, or reached by another name): the fence stays above it.
+	sawLive bool
 
 	// The handover request sent, if any: to the holder with fence asked.
 	reqID    string
@@ -221,6 +224,7 @@ func (a *attempt) takeLocked(ctx context.Context) outcome {
 		return outcome{role: role}
 	}
 	a.closeFile()
+	a.sawLive = true
 	if !a.c.Wait {
 		return outcome{refusal: a.refuse(store.Holder{}, ReasonHeld, busy)}
 	}
@@ -406,7 +410,7 @@ func (a *attempt) take(c roleClaims) (*Role, error) {
 		pred = store.PredecessorOf(stale.holder(), leftovers)
 		a.log.Info("the previous holder died holding the role", "pid", stale.PID, "host", stale.Host, "fence", stale.Fence)
 	}
-	fence, err := nextFence(a.p, staleFence)
+	fence, err := nextFence(a.p, staleFence, a.sawLive)
 	if err != nil {
 		return nil, err
 	}

@@ -21,13 +21,20 @@ import (
 // out before and stale (a dead holder's payload). Call it holding the
 // role's flock. The reservation covering it is durable before it is
 // returned, so no token is handed out twice, across a crash or a reboot.
-func nextFence(p paths, stale uint64) (uint64, error) {
+// sawLive says a holder whose files were removed was seen alive (its
+// claim): a counter removed with them restarts above it (RestartFloor).
+func nextFence(p paths, stale uint64, sawLive bool) (uint64, error) {
 	d, name, err := openIn(p.fence, false)
 	if err != nil {
 		return 0, err
 	}
 	defer d.Close()
-	fence, err := counterIn(d, name).Take(stale + 1)
+	c := counterIn(d, name)
+	atLeast := stale + 1
+	if sawLive {
+		atLeast = max(atLeast, c.RestartFloor(time.Now()))
+	}
+	fence, err := c.Take(atLeast)
 	if errors.Is(err, store.ErrCorrupt) {
 		return 0, fmt.Errorf("resident: %w (release --resident %s --force clears it)", err, p.store)
 	}

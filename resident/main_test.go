@@ -107,7 +107,7 @@ func reserveAndDie() int {
 		fmt.Println("error", err)
 		return 125
 	}
-	fence, err := nextFence(p, 0)
+	fence, err := nextFence(p, 0, false)
 	if err != nil {
 		fmt.Println("error", err)
 		return 125

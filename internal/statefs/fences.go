@@ -123,6 +123,19 @@ func (c Counter) Take(atLeast uint64) (uint64, error) {
 	return fence, nil
 }
 
+// RestartFloor is the least fence to take from c when a live holder was
+// proven (its claim) whose files are gone: where c has no reservation file
+// (moved away or deleted with the rest), the Unix time now in
+// microseconds, which no counter that grows by one per acquisition
+// reaches (as Repair's floor), so that a restarted counter never hands out
+// a fence that holder's had passed (S4); otherwise 0, for c still counts.
+func (c Counter) RestartFloor(now time.Time) uint64 {
+	if _, cur, err := c.read(); err != nil || cur.Exists {
+		return 0
+	}
+	return min(uint64(now.UnixMicro()), FenceMax-2*FenceBlock)
+}
+
 // plan is the fence Take(atLeast) hands out from the counter n, and
 // whether n's reservation covers it; if not, a new reservation must, with
 // the fence at least the durable one's next.

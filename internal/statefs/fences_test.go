@@ -276,3 +276,17 @@ func TestAUsedUpReservationIsRepairedToOneWithFencesLeft(t *testing.T) {
 		}
 	}
 }
+
+// RestartFloor: a counter whose files are gone restarts at the clock's
+// floor (above any count); one that still counts needs none.
+func TestRestartFloor(t *testing.T) {
+	c := newCounter(t)
+	now := time.Unix(1_800_000_000, 0)
+	if got := c.RestartFloor(now); got != uint64(now.UnixMicro()) {
+		t.Fatalf("no files: floor %d, want %d", got, now.UnixMicro())
+	}
+	take(t, c, 1)
+	if got := c.RestartFloor(now); got != 0 {
+		t.Fatalf("a counting counter: floor %d, want 0", got)
+	}
+}

@@ -82,7 +82,8 @@ type acquirer struct {
 	// found gone or dead since. Nobody queues ahead of a queued waiter, so
 	// a wake-up reads only from the end of this list, never the queue.
 	ahead []uint64
-	// saidMoved: the wait for a moved holder's claim was logged (once).
+	// saidMoved: a holder whose files were moved away was waited for
+	// (its claim), which the log said once and the fence stays above.
 	saidMoved bool
 }
 
@@ -446,7 +447,11 @@ func (a *acquirer) prepare(t *taking, rec record, g int) (record, error) {
 	if t.notify, err = listenNotify(a.kd, a.kd.FileMode()); err != nil {
 		return record{}, err
 	}
-	fence, err := a.s.nextFence(rec.Fence + 1)
+	atLeast := rec.Fence + 1
+	if a.saidMoved { // a live holder whose files are gone: S4 across them
+		atLeast = max(atLeast, a.s.fences().RestartFloor(time.Now()))
+	}
+	fence, err := a.s.nextFence(atLeast)
 	if rec.Fence >= statefs.FenceMax-statefs.FenceBlock && errors.Is(err, statefs.ErrUsedUp) {
 		// The record's fence used the fences up, whatever the
 		// reservation the error names holds: say which file release
