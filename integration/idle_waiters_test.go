@@ -148,3 +148,35 @@ func queued(dir string) int {
 	}
 	return n
 }
+
+// TestIdleStandbyDoesNothing: a resident standby behind a live holder on
+// this host sleeps until the holder releases, answers or exits; it looked
+// again every second before (a safety net), and now switches no more than
+// once at rest. Released, it takes the role at once.
+func TestIdleStandbyDoesNothing(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	holder := s.fencerun("holder", "run", "--resident", "app.db", "--", "sh", "-c", `touch held; read x || true`)
+	gate, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.start(holder)
+	waitFile(t, s.path("held"))
+	standby := s.start(s.fencerun("standby", "run", "--resident", "app.db", "--wait", "forever", "--", "touch", "standby-ran"))
+	s.waitLog("standby", "waiting as a standby")
+	time.Sleep(time.Second) // the scenario: a standby at rest, once started
+	before := switches(t, []int{standby.Process.Pid})
+	time.Sleep(3 * time.Second)
+	if d := switches(t, []int{standby.Process.Pid}) - before; d > 1 {
+		t.Errorf("a standby at rest switched %d times in 3 s (want at most 1): it does work while it waits", d)
+	}
+	gate.Close()
+	if code := exitOf(t, holder); code != 0 {
+		t.Errorf("holder exited %d, want 0", code)
+	}
+	if code := exitOf(t, standby); code != 0 {
+		t.Errorf("standby exited %d, want 0", code)
+	}
+	waitFile(t, s.path("standby-ran"))
+}

@@ -144,6 +144,9 @@ func Acquire(ctx context.Context, storePath string, c Claim) (*Role, *Refusal, e
 const (
 	settleFor = 2 * time.Second
 	safetyNet = time.Second
+	// standbyWait: a standby sleeps until the holder's release, answer or
+	// exit, with no timeout of its own (safetyNet for a holder elsewhere).
+	standbyWait = time.Duration(-1)
 )
 
 // attempt is one Acquire.
@@ -254,9 +257,16 @@ func (a *attempt) lookAtHolder(ctx context.Context) outcome {
 	if ref != nil || err != nil {
 		return outcome{refusal: ref, err: err}
 	}
-	a.announceStandby(pl)
+	if a.announceStandby(pl) {
+		// Registered just now: a release before that told nobody, so
+		// look again before sleeping; one after it wakes us.
+		return outcome{}
+	}
 	if !a.w.follow(pl.PID, pl.Host) {
 		return outcome{} // it just exited: look again, without waiting
+	}
+	if wait < 0 && !a.w.following() {
+		wait = safetyNet // nothing tells of the exit of a holder elsewhere
 	}
 	return outcome{err: a.sleep(ctx, wait)}
 }
@@ -289,22 +299,25 @@ func (a *attempt) settle(ctx context.Context, pl payload, empty bool, corrupt er
 	return outcome{}
 }
 
-// announceStandby logs, once per holder, that we wait as its standby, and
-// shows us in status from the first time.
-func (a *attempt) announceStandby(pl payload) {
+// announceStandby registers us as a standby, the first time (status shows
+// us, and the holder's release wakes us), and logs, once per holder, that
+// we wait as its standby. It reports whether it registered us now.
+func (a *attempt) announceStandby(pl payload) bool {
 	if a.pending || a.standbyFor == pl.Fence {
-		return
+		return false
+	}
+	registered := false
+	if a.standby == nil {
+		var err error
+		a.standby, err = register(a.p, standby{PID: a.pid, Host: a.host, Name: a.c.Name, Reason: a.c.Reason, Since: a.c.Now(), Notify: a.w.name()})
+		if err != nil {
+			a.log.Warn("cannot show this standby in status; only the holder's exit will wake it", "error", err)
+		}
+		registered = err == nil
 	}
 	a.standbyFor = pl.Fence
 	a.log.Info("waiting as a standby", "holder_pid", pl.PID, "holder_host", pl.Host, "fence", pl.Fence)
-	if a.standby != nil {
-		return
-	}
-	var err error
-	a.standby, err = register(a.p, standby{PID: a.pid, Host: a.host, Name: a.c.Name, Reason: a.c.Reason, Since: a.c.Now()})
-	if err != nil {
-		a.log.Warn("cannot show this standby in status", "error", err)
-	}
+	return registered
 }
 
 // decide what to do about the live holder of pl: ask it to hand over, keep
@@ -326,7 +339,7 @@ func (a *attempt) decide(pl payload) (time.Duration, *Refusal, error) {
 				return 0, a.refuse(*h, ReasonRefused, r.Reason), nil
 			}
 			a.log.Info("the holder refused to hand over; waiting as a standby", "holder_pid", pl.PID, "reason", r.Reason)
-			return safetyNet, nil, nil
+			return standbyWait, nil, nil
 		}
 		left := a.reqUntil - a.c.Clock()
 		if left > 0 {
@@ -348,7 +361,7 @@ func (a *attempt) decide(pl payload) (time.Duration, *Refusal, error) {
 	case !a.c.Wait:
 		return 0, a.refuse(*h, ReasonNotNewer, notNewer(a.c.Build, pl.Build)), nil
 	}
-	return safetyNet, nil, nil
+	return standbyWait, nil, nil
 }
 
 // lock tries the kernel lock without blocking, on the file the lock path
@@ -362,11 +375,6 @@ func (a *attempt) lock() (bool, error) {
 				return false, fmt.Errorf("resident: %w", err)
 			}
 			a.fd = fd
-			if a.w != nil {
-				if err := a.w.watch(a.fd, a.p.lock); err != nil {
-					return false, fmt.Errorf("resident: %w", err)
-				}
-			}
 		}
 		err := unix.Flock(a.fd, unix.LOCK_EX|unix.LOCK_NB)
 		if err == unix.EINTR {
@@ -414,27 +422,34 @@ func (a *attempt) take(c roleClaims) (*Role, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !empty {
+		removeSocket(a.p, stale.Notify) // the dead holder's
+	}
 	changes, requests := make(chan struct{}, 1), make(chan struct{}, 1)
-	// Watch before announcing: any request for this fence comes after.
-	watch, err := watchRole(a.p, fd, requests)
+	// Listen before announcing: any request for this fence comes after.
+	sock, closeSock, err := listenBeside(a.p)
 	if err != nil {
 		return nil, err
 	}
+	sock.Notify(requests, func(err error) {
+		a.log.Error("listening for requests stopped; they will be seen at the next renewal", "error", err)
+	})
 	clock := a.c.Clock
 	r := &Role{
 		paths: a.p, fence: fence, ttl: a.c.TTL, now: a.c.Now, pred: pred,
 		clock: clock, term: store.Term{Start: clock(), TTL: a.c.TTL},
-		changes: changes, requests: requests, watch: watch, held: c, unwatch: make(chan struct{}),
+		changes: changes, requests: requests, closeSock: closeSock, held: c, unwatch: make(chan struct{}),
 		log:  a.log.With("fence", fence),
 		file: openPayloadFile(fd, a.p.lock, data),
 		p: payload{
 			Schema: schema, PID: a.pid, Host: a.host, Surface: a.c.Name, Reason: a.c.Reason,
 			AcquiredAt: a.c.Now(), Store: a.p.store, StuckAfter: duration(a.c.StuckAfter),
 			Build: a.c.Build, Fence: fence, Marker: a.c.Marker, Cgroup: a.c.Cgroup, Leftovers: leftovers,
+			Notify: sock.Name(),
 		},
 	}
 	if err := r.file.write(r.p); err != nil {
-		watch.close()
+		closeSock()
 		return nil, fmt.Errorf("resident: announce: %w", err)
 	}
 	a.fd = -1 // the role's now
@@ -442,7 +457,7 @@ func (a *attempt) take(c roleClaims) (*Role, error) {
 		withdrawRequest(a.p.handover, a.reqID)
 	}
 	// A request left behind (for an earlier holder) or already sent for
-	// this one: let answer judge it. The watch may have filled the
+	// this one: let answer judge it. A datagram may have filled the
 	// one-slot channel already; requests coalesce.
 	if _, err := os.Lstat(a.p.handover); err == nil {
 		select {
@@ -462,25 +477,22 @@ func (a *attempt) ask(pl payload) error {
 	a.reqUntil = a.c.Clock() + a.c.HandoverWait
 	a.log.Info("asking the holder to hand over to a newer build", "holder_pid", pl.PID,
 		"holder_build", describeBuild(&pl.Build), "build", describeBuild(&a.c.Build))
-	return sendRequest(a.p.handover, request{
+	return sendRequest(a.p, request{
 		Schema: schema, ID: a.reqID, PID: a.pid, Host: a.host, Surface: a.c.Name,
-		Build: a.c.Build, RequestedAt: a.c.Now(), Fence: pl.Fence,
-	})
+		Build: a.c.Build, RequestedAt: a.c.Now(), Fence: pl.Fence, Notify: a.w.name(),
+	}, pl.Notify, a.log)
 }
 
-// watch sets up the waiter on the lock file open now.
+// watch sets up the waiter, once.
 func (a *attempt) watch(ctx context.Context) error {
 	if a.w != nil {
 		return nil
 	}
-	w, err := newWaiter(ctx)
+	w, err := newWaiter(ctx, a.p)
 	if err != nil {
 		return err
 	}
 	a.w = w
-	if err := w.watch(a.fd, a.p.lock); err != nil {
-		return fmt.Errorf("resident: %w", err)
-	}
 	return nil
 }
 
@@ -516,7 +528,7 @@ func (a *attempt) close() {
 	a.closeFile()
 	a.standby.remove()
 	if a.w != nil {
-		a.w.close()
+		a.w.shutdown()
 	}
 }
 

@@ -102,7 +102,7 @@ func clearJunk(path string) error {
 
 // Cancel asks the holder of the role to stop its command gracefully
 // (cancel --resident PATH): it writes the holder's fence to the cancel
-// file beside the lock, which the holder's watch sees at once; the holder
+// file beside the lock and tells the holder's socket, so it sees it at once; the holder
 // exits 77. It reports whether there was a holder to ask.
 func Cancel(storePath string) (bool, error) {
 	st, err := Status(storePath)
@@ -119,7 +119,22 @@ func Cancel(storePath string) (bool, error) {
 	if err := writeFile(p.cancel, []byte(strconv.FormatUint(st.Holder.Fence, 10)+"\n")); err != nil {
 		return false, fmt.Errorf("resident: cancel: %w", err)
 	}
+	poke(p, holderSocket(p), nil)
 	return true, nil
+}
+
+// holderSocket is the socket the payload names, "" if none can be read.
+func holderSocket(p paths) string {
+	fd, err := openFile(p.lock, unix.O_RDONLY, true)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	pl, _, err := readPayload(fd, p.lock)
+	if err != nil {
+		return ""
+	}
+	return pl.Notify
 }
 
 // cancelled reports whether the cancel file asks the holder with fence to

@@ -37,7 +37,7 @@
 // backend record's is: the next fence would wrap around. The lock file is deleted only by
 // Revoke: deleting or replacing it (by hand, a cleanup script) would let a
 // standby lock a fresh inode, so a holder checks that the path still names
-// the inode it locked (inotify, a check every second, Renew, Check) and
+// the inode it locked (a check every second, Renew, Check) and
 // gives up the role (store.ErrLost) when it does not, and a newcomer waits
 // for the holder's claim until its tree is gone (moved_linux.go).
 //
@@ -78,8 +78,8 @@
 //     as corrupt rather than reuse a token.)
 //   - Handover (R5) is decided by the holder. A newcomer whose build is
 //     strictly newer (Newer) writes a request naming the holder's fence; the
-//     holder's Role sees it through inotify on the directory and judges it
-//     at once, whatever its keeper is doing: it takes it (renames it away,
+//     holder's Role hears of it on its socket (internal/notify, named in
+//     its payload) and judges it at once, whatever its keeper is doing: it takes it (renames it away,
 //     so each request is judged once) and either accepts (the payload says
 //     handing_over, and Check returns store.RequestHandover from then on) or
 //     records a refusal in its payload, where the newcomer reads it. Check
@@ -94,10 +94,13 @@
 //     settle; then a corrupt payload fails closed (S6: store.ErrCorrupt naming
 //     the file) and an empty one is refused as held by an unknown process.
 //   - Waiting (a standby, or a newcomer waiting for a handover) sleeps in
-//     poll(2) on inotify of the lock file (payload writes, closes), a pidfd of
-//     the holder and an eventfd for cancellation; it never spins. A one
-//     second safety net covers unlocks that no event announces (a flock(1)
-//     run by hand on the file).
+//     poll(2) on a socket of its own (named in its standby file or request:
+//     the holder tells it of its release and of its answer), a pidfd of
+//     the holder and an eventfd for cancellation; it never spins, and a
+//     standby behind a live holder on this host does nothing else (P8). A
+//     holder it cannot follow by pidfd (another host's) is looked at every
+//     second, and a lock held with no holder recorded (a flock(1) by hand)
+//     ever later, up to every second.
 //   - Ticks (R6): only the holding process writes its payload; Tick stamps
 //     last_tick there. Status reports a holder that ticked and then stayed
 //     silent for its stuck_after as store.Stuck (R7); one that never ticked

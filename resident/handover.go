@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hashicorp/go-hclog"
 	"os"
 	"time"
 
@@ -24,18 +25,21 @@ type request struct {
 	Build       store.Build `json:"build"`
 	RequestedAt time.Time   `json:"requested_at"`
 	Fence       uint64      `json:"fence"`
+	Notify      string      `json:"notify,omitempty"` // the newcomer's socket, for the answer
 }
 
-// sendRequest puts r in place of any request pending: the holder judges the
-// latest one (every newcomer still waiting judges the next holder afresh).
-func sendRequest(path string, r request) error {
+// sendRequest puts r in place of any request pending, and tells the
+// holder's socket (holder, from its payload): the holder judges the latest
+// one (every newcomer still waiting judges the next holder afresh).
+func sendRequest(p paths, r request, holder string, log hclog.Logger) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("resident: encode handover request: %w", err)
 	}
-	if err := writeFile(path, append(data, '\n')); err != nil {
+	if err := writeFile(p.handover, append(data, '\n')); err != nil {
 		return fmt.Errorf("resident: handover request: %w", err)
 	}
+	poke(p, holder, log)
 	return nil
 }
 

@@ -137,9 +137,13 @@ func TestHolderRefusesDeadAndStaleRequests(t *testing.T) {
 	_, mid, newer := progs(t)
 	storePath := filepath.Join(t.TempDir(), "app.db")
 	reqPath := storePath + ".resident.handover"
+	p, err := pathsOf(storePath)
+	if err != nil {
+		t.Fatal(err)
+	}
 	send := func(q request) {
 		t.Helper()
-		if err := sendRequest(reqPath, q); err != nil {
+		if err := sendRequest(p, q, holderSocket(p), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,10 +18,10 @@ import (
 // (a cleanup script, the worker itself), a newcomer would create and lock a
 // fresh one and start beside it. So:
 //
-//   - the holder notices within a second: inotify on the lock file's inode
-//     and the directory, and a check every second that the path, resolved
-//     afresh, names its inode (an ancestor moved), after which Renew and
-//     Check return store.ErrLost (exit 76);
+//   - the holder notices within a second: a check every second that the
+//     path, resolved afresh, names its inode (the file or an ancestor was
+//     moved or deleted), after which Renew and Check return store.ErrLost
+//     (exit 76); its exit then wakes the standbys (pidfd);
 //   - from acquisition until its release (after its command's tree is
 //     gone) a holder holds an abstract socket name derived from the store's
 //     real path (unixsock.Claim), which nothing can unlink; a newcomer that

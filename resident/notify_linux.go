@@ -4,111 +4,74 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
+	"path/filepath"
 	"sync"
 	"time"
-	"unsafe"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/internal/notify"
+	"github.com/fencerun/fencerun/internal/unixsock"
 )
 
-// fdPath names the inode open as fd, so that a watch lands on the inode we
-// hold and not on whatever the path names by then.
-func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+// Changes reach the role's processes through internal/notify, as they
+// reach a key's holder: each listens on a datagram socket of its own
+// beside the lock file, named <store>.resident.n-<hex>, and whoever makes
+// a change writes it first and then sends there. The holder's name is in
+// the payload: a handover request (ask) and a cancel request (Cancel) are
+// sent to it. A newcomer's name is in its request and a standby's in its
+// standby file: the holder sends to the newcomer when it refuses it or
+// releases after accepting it, and to every standby when it releases.
+// Nothing else wakes them but their own timeouts and the holder's exit
+// (a pidfd): a standby behind a live holder on this host sleeps until
+// one of them. Changes made by hand (a lock file moved or deleted) are
+// seen by the holder within a second (moved_linux.go), and its exit then
+// wakes the standbys.
 
-// roleWatch tells a holder (the Role's answer, which passes it on to
-// Changes) when something may have changed for it: a handover or cancel
-// request arrived (renamed into the directory), or its lock file was
-// unlinked, renamed or replaced. It watches the directory only for
-// renames into it and the lock file's inode for link changes, so a command
-// busy writing its store beside the lock file does not wake it.
-type roleWatch struct {
-	f    *os.File // inotify, read through Go's poller so Close ends the reader
-	done chan struct{}
-}
+// notifyPrefix starts the name of a socket of the role of p.
+func notifyPrefix(p paths) string { return filepath.Base(p.store) + ".resident." }
 
-func watchRole(p paths, lockFd int, events chan<- struct{}) (*roleWatch, error) {
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+// listenBeside makes a socket beside the lock file of p; the caller
+// closes both the listener and the directory.
+func listenBeside(p paths) (*notify.Listener, func(), error) {
+	d, _, err := openIn(p.lock, false)
 	if err != nil {
-		return nil, fmt.Errorf("resident: inotify: %w", err)
+		return nil, nil, fmt.Errorf("resident: %w", err)
 	}
-	dirWd, err := unix.InotifyAddWatch(fd, p.dir, unix.IN_MOVED_TO|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_ONLYDIR)
+	l, err := notify.Listen(d.FD, d.Path, notifyPrefix(p), d.FileMode())
 	if err != nil {
-		unix.Close(fd)
-		return nil, &os.PathError{Op: "watch", Path: p.dir, Err: err}
+		d.Close()
+		return nil, nil, fmt.Errorf("resident: %w", err)
 	}
-	if _, err := unix.InotifyAddWatch(fd, fdPath(lockFd), unix.IN_ATTRIB|unix.IN_MOVE_SELF|unix.IN_DELETE_SELF); err != nil {
-		unix.Close(fd)
-		return nil, &os.PathError{Op: "watch", Path: p.lock, Err: err}
-	}
-	w := &roleWatch{f: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{})}
-	lockName, handoverName, cancelName := baseName(p.lock), baseName(p.handover), baseName(p.cancel)
-	go func() {
-		defer close(w.done)
-		buf := make([]byte, 64*1024)
-		for {
-			n, err := w.f.Read(buf)
-			if err != nil {
-				return // closed
-			}
-			relevant := false
-			eachEvent(buf[:n], func(wd int, mask uint32, name string) {
-				if wd != dirWd || mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0 ||
-					name == lockName || name == handoverName || name == cancelName {
-					relevant = true
-				}
-			})
-			if relevant {
-				select {
-				case events <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return w, nil
+	return l, func() { l.Close(); d.Close() }, nil
 }
 
-func (w *roleWatch) close() {
-	w.f.Close()
-	<-w.done
-}
-
-// eachEvent calls fn for each inotify event in buf. An overflow (wd -1)
-// comes through with an empty name and so counts as relevant to anyone.
-func eachEvent(buf []byte, fn func(wd int, mask uint32, name string)) {
-	for len(buf) >= unix.SizeofInotifyEvent {
-		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[0]))
-		end := unix.SizeofInotifyEvent + int(ev.Len)
-		if end > len(buf) {
-			return
-		}
-		name := string(buf[unix.SizeofInotifyEvent:end])
-		for len(name) > 0 && name[len(name)-1] == 0 {
-			name = name[:len(name)-1]
-		}
-		fn(int(ev.Wd), ev.Mask, name)
-		buf = buf[end:]
+// poke tells the process listening on name beside the lock file of p to
+// look. It is best effort: one that is gone is not reached, and that is
+// only logged at debug.
+func poke(p paths, name string, log hclog.Logger) {
+	if name == "" {
+		return
+	}
+	d, _, err := openIn(p.lock, false)
+	if err == nil {
+		err = notify.Send(d.FD, d.Path, notifyPrefix(p), name)
+		d.Close()
+	}
+	if err != nil && log != nil {
+		log.Debug("could not tell a process of the role to look", "error", err)
 	}
 }
 
-func baseName(path string) string {
-	for i := len(path) - 1; i >= 0; i-- {
-		if path[i] == '/' {
-			return path[i+1:]
-		}
-	}
-	return path
-}
-
-// waiter sleeps until the role may have become free or the holder's payload
-// changed: poll(2) on inotify of the lock file's inode (payload writes, any
-// close, link changes), a pidfd of the holder (it exited, so its lock is
-// gone), and an eventfd written when ctx ends.
+// waiter sleeps until the role may have become free or the holder's
+// payload changed: poll(2) on its own socket (the holder's release or
+// answer), a pidfd of the holder (it exited, so its lock is gone), and an
+// eventfd written when ctx ends.
 type waiter struct {
 	ctx   context.Context
-	ino   int
+	sock  *notify.Listener
+	close func() // closes sock and its directory
 	efd   int
 	pidfd int
 	pid   int          // followed by pidfd
@@ -118,17 +81,17 @@ type waiter struct {
 	stop  func() bool
 }
 
-func newWaiter(ctx context.Context) (*waiter, error) {
-	ino, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+func newWaiter(ctx context.Context, p paths) (*waiter, error) {
+	sock, closeSock, err := listenBeside(p)
 	if err != nil {
-		return nil, fmt.Errorf("resident: inotify: %w", err)
+		return nil, err
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
-		unix.Close(ino)
+		closeSock()
 		return nil, fmt.Errorf("resident: eventfd: %w", err)
 	}
-	w := &waiter{ctx: ctx, ino: ino, efd: efd, pidfd: -1, gone: map[int]bool{}}
+	w := &waiter{ctx: ctx, sock: sock, close: closeSock, efd: efd, pidfd: -1, gone: map[int]bool{}}
 	w.stop = context.AfterFunc(ctx, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -139,15 +102,8 @@ func newWaiter(ctx context.Context) (*waiter, error) {
 	return w, nil
 }
 
-// watch follows the inode open as lockFd (again after a reopen).
-func (w *waiter) watch(lockFd int, path string) error {
-	const mask = unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_CLOSE_NOWRITE |
-		unix.IN_ATTRIB | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF
-	if _, err := unix.InotifyAddWatch(w.ino, fdPath(lockFd), mask); err != nil {
-		return &os.PathError{Op: "watch", Path: path, Err: err}
-	}
-	return nil
-}
+// name is the waiter's socket, to record where the holder reads it.
+func (w *waiter) name() string { return w.sock.Name() }
 
 // follow wakes the waiter when pid exits, if pid is on this host. Following
 // another pid drops the previous one. It returns false when pid turns out
@@ -164,11 +120,14 @@ func (w *waiter) follow(pid int, host string) bool {
 		return false
 	}
 	if err != nil {
-		return true // no pidfd here: inotify and the safety net remain
+		return true // no pidfd here: the socket and the timeout remain
 	}
 	w.pidfd, w.pid = fd, pid
 	return true
 }
+
+// following reports whether the holder's exit will wake the waiter.
+func (w *waiter) following() bool { return w.pidfd >= 0 }
 
 func (w *waiter) unfollow() {
 	if w.pidfd >= 0 {
@@ -177,22 +136,26 @@ func (w *waiter) unfollow() {
 	w.pidfd, w.pid = -1, 0
 }
 
-// wait returns after an event, after d, or with ctx's cause once ctx ends.
+// wait returns after an event, after d (never, when d is negative), or
+// with ctx's cause once ctx ends.
 func (w *waiter) wait(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		if w.ctx.Err() != nil {
 			return context.Cause(w.ctx)
 		}
-		fds := []unix.PollFd{{Fd: int32(w.ino), Events: unix.POLLIN}, {Fd: int32(w.efd), Events: unix.POLLIN}}
+		fds := []unix.PollFd{{Fd: int32(w.sock.Fd()), Events: unix.POLLIN}, {Fd: int32(w.efd), Events: unix.POLLIN}}
 		if w.pidfd >= 0 {
 			fds = append(fds, unix.PollFd{Fd: int32(w.pidfd), Events: unix.POLLIN})
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil
+		ms := -1
+		if d >= 0 {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return nil
+			}
+			ms = int((left + time.Millisecond - 1) / time.Millisecond)
 		}
-		ms := int((left + time.Millisecond - 1) / time.Millisecond)
 		n, err := unix.Poll(fds, ms)
 		if errors.Is(err, unix.EINTR) {
 			continue
@@ -204,7 +167,7 @@ func (w *waiter) wait(d time.Duration) error {
 			return nil
 		}
 		if fds[0].Revents != 0 {
-			w.drain()
+			w.sock.Drain()
 		}
 		if len(fds) > 2 && fds[2].Revents != 0 {
 			w.gone[w.pid] = true
@@ -217,23 +180,25 @@ func (w *waiter) wait(d time.Duration) error {
 	}
 }
 
-func (w *waiter) drain() {
-	buf := make([]byte, 16*1024)
-	for {
-		if n, err := unix.Read(w.ino, buf); n <= 0 || err != nil {
-			return
-		}
-	}
-}
-
-func (w *waiter) close() {
+func (w *waiter) shutdown() {
 	w.stop()
 	w.mu.Lock()
 	w.shut = true
 	w.mu.Unlock()
 	w.unfollow()
 	unix.Close(w.efd)
-	// Closing an inotify instance waits for an RCU grace period
-	// (milliseconds); the caller is about to start its command.
-	go unix.Close(w.ino)
+	w.close()
+}
+
+// removeSocket removes a dead holder's socket named in its payload.
+func removeSocket(p paths, name string) {
+	if !notify.IsName(name, notifyPrefix(p)) {
+		return
+	}
+	d, _, err := openIn(p.lock, false)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	unixsock.Remove(d.FD, name)
 }

@@ -31,6 +31,8 @@ type payload struct {
 	Fence      uint64      `json:"fence"`
 	Marker     string      `json:"marker,omitempty"` // not shown by status
 	Cgroup     string      `json:"cgroup,omitempty"`
+	// Notify is the holder's socket beside the lock file (notify_linux.go).
+	Notify string `json:"notify,omitempty"`
 	// Leftovers are dead holders' trees that may still run, kept until
 	// this holder has stopped them (Role.LeftoversStopped). ("trees": an
 	// older fencerun's "leftovers" held bare markers.)

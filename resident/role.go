@@ -28,16 +28,17 @@ type Role struct {
 	pred    *store.Holder
 	changes chan struct{}
 	// requests receives when a handover or cancel request may have
-	// arrived (the watch); answer judges it, then passes it on to changes.
-	requests chan struct{}
-	watch    *roleWatch
-	held     roleClaims    // until the release (moved_linux.go)
-	unwatch  chan struct{} // stops watchPath
+	// arrived (the socket); answer judges it, then passes it on to changes.
+	requests  chan struct{}
+	closeSock func()        // closes the socket (notify_linux.go)
+	held      roleClaims    // until the release (moved_linux.go)
+	unwatch   chan struct{} // stops watchPath
 
 	mu       sync.Mutex
 	file     payloadFile // its fd holds flock(LOCK_EX) on the lock file
 	p        payload
-	handover bool // a request was accepted: Check keeps saying so
+	handover bool   // a request was accepted: Check keeps saying so
+	asker    string // the socket of the newcomer it was accepted from
 	released bool
 }
 
@@ -158,11 +159,12 @@ func (r *Role) judgeRequest() {
 		if err := r.file.write(r.p); err != nil {
 			r.log.Warn("could not answer a refused handover request; the newcomer waits for its handover-wait", "error", err)
 		}
+		poke(r.paths, q.Notify, r.log)
 		return
 	}
 	r.log.Info("handing the role over to a newer build", "to_pid", q.PID, "to_host", q.Host,
 		"build", describeBuild(&q.Build))
-	r.handover = true
+	r.handover, r.asker = true, q.Notify
 	r.p.HandingOver = true
 	if err := r.file.write(r.p); err != nil {
 		r.log.Warn("could not mark the payload as handing over", "error", err)
@@ -195,8 +197,7 @@ func (r *Role) SetCommand(_ context.Context, group, session store.ProcessID) err
 }
 
 // Release gives the role up: the payload is emptied, then the kernel lock
-// dropped (before the close, so the close event that wakes standbys comes
-// after the unlock). A standby or newcomer takes the role at once. Call it
+// dropped, and then the newcomer it hands over to and the standbys told. A standby or newcomer takes the role at once. Call it
 // only after the command's processes are gone. Releasing twice, or a lost
 // role, returns nil.
 func (r *Role) Release(ctx context.Context) error {
@@ -218,10 +219,10 @@ func (r *Role) Release(ctx context.Context) error {
 	r.held.Release() // before the lock: the next holder must not wait on it
 	unix.Flock(r.file.fd, unix.LOCK_UN)
 	unix.Close(r.file.fd)
-	// Only now, and not waited for: closing an inotify instance waits for
-	// the kernel to reap its marks (milliseconds), which must delay neither
-	// the next holder nor this one's exit.
-	go r.watch.close()
+	r.closeSock()
+	// Free now: wake the newcomer it hands over to and the standbys.
+	poke(r.paths, r.asker, r.log)
+	wakeStandbys(r.paths, r.log)
 	r.log.Debug("released the role", "fence", r.fence)
 	return err
 }

@@ -7,9 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/notify"
 	"github.com/fencerun/fencerun/internal/statefs"
+	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -28,6 +31,7 @@ type standby struct {
 	Name   string    `json:"name"`
 	Reason string    `json:"reason,omitempty"`
 	Since  time.Time `json:"since"`
+	Notify string    `json:"notify,omitempty"` // its socket, woken at a release
 }
 
 // standbyFile is a standby's own file, open and locked.
@@ -74,8 +78,8 @@ func standbys(p paths) []store.Holder {
 		return nil
 	}
 	defer d.Close()
-	eachStandby(d, p, func(path string, s *standby) {
-		if s != nil {
+	eachStandby(d, p, func(path string, s *standby, alive bool) {
+		if alive {
 			out = append(out, store.Holder{Name: s.Name, PID: s.PID, Host: s.Host, Reason: s.Reason, Acquired: s.Since})
 		}
 	})
@@ -83,18 +87,39 @@ func standbys(p paths) []store.Holder {
 	return out
 }
 
-func removeDeadStandbys(d statefs.Dir, p paths) {
-	eachStandby(d, p, func(path string, s *standby) {
-		if s == nil {
-			unix.Unlink(path)
+// wakeStandbys tells every live standby of the role that it was released.
+func wakeStandbys(p paths, log hclog.Logger) {
+	d, _, err := openIn(p.lock, true)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	eachStandby(d, p, func(_ string, s *standby, alive bool) {
+		if !alive || s.Notify == "" {
+			return
+		}
+		if err := notify.Send(d.FD, d.Path, notifyPrefix(p), s.Notify); err != nil {
+			log.Debug("could not wake a standby", "pid", s.PID, "error", err)
 		}
 	})
 }
 
-// eachStandby calls fn with every standby file of the role in d: with
-// its content when its standby lives, nil when its lock is free (dead).
-// Unreadable files are skipped; another user's are read too.
-func eachStandby(d statefs.Dir, p paths, fn func(path string, s *standby)) {
+func removeDeadStandbys(d statefs.Dir, p paths) {
+	eachStandby(d, p, func(path string, s *standby, alive bool) {
+		if !alive {
+			unix.Unlink(path)
+			if notify.IsName(s.Notify, notifyPrefix(p)) {
+				unixsock.Remove(d.FD, s.Notify) // its socket, left by its death
+			}
+		}
+	})
+}
+
+// eachStandby calls fn with every standby file of the role in d, its
+// content, and whether its standby lives (its lock is held). Unreadable
+// files are skipped, dead ones given with what could be read; another
+// user's are read too.
+func eachStandby(d statefs.Dir, p paths, fn func(path string, s *standby, alive bool)) {
 	names, err := d.List()
 	if err != nil {
 		return
@@ -111,17 +136,17 @@ func eachStandby(d statefs.Dir, p paths, fn func(path string, s *standby)) {
 		}
 		path := d.Join(name)
 		held, err := statefs.ProbeFD(fd, path)
-		if err == nil && !held {
-			unix.Close(fd)
-			fn(path, nil)
-			continue
-		}
 		data, rerr := statefs.ReadFD(fd, path)
 		unix.Close(fd)
 		var s standby
+		if err == nil && !held {
+			_ = json.Unmarshal(data, &s)
+			fn(path, &s, false)
+			continue
+		}
 		if err != nil || rerr != nil || json.Unmarshal(data, &s) != nil || s.PID <= 0 {
 			continue
 		}
-		fn(path, &s)
+		fn(path, &s, true)
 	}
 }

@@ -114,6 +114,27 @@ func (l *Listener) Notify(changes chan<- struct{}, failed func(error)) {
 	}()
 }
 
+// Fd is the socket's descriptor, for a caller that sleeps in poll(2) on
+// it beside other descriptors instead of using Notify; Drain then reads
+// what woke it. It is valid until Close.
+func (l *Listener) Fd() int {
+	fd := -1
+	if rc, err := l.conn.SyscallConn(); err == nil {
+		rc.Control(func(s uintptr) { fd = int(s) })
+	}
+	return fd
+}
+
+// Drain reads every datagram waiting, without blocking.
+func (l *Listener) Drain() {
+	var buf [64]byte
+	for {
+		if n, _, err := unix.Recvfrom(l.Fd(), buf[:], unix.MSG_DONTWAIT); n < 0 || err != nil {
+			return
+		}
+	}
+}
+
 // Close closes and removes the socket; Notify's goroutine, if any, ends
 // with it.
 func (l *Listener) Close() {
