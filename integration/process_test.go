@@ -642,12 +642,13 @@ func TestSignalsForwarded(t *testing.T) {
 }
 
 // recorded are the pids, sorted, that wrote "<pid> what" to the sigrec file.
-// sendAndCheckSignals sends USR1, USR2, WINCH and then end to the wrapper
+// sendAndCheckSignals sends USR1, USR2, WINCH, ALRM, VTALRM, XCPU (issue
+// 26: neither forwarded nor fatal before) and then end to the wrapper
 // w, whose command is sigrec with its two processes procs: each signal
 // must reach both, and the wrapper exit 0 once sigrec exits on end.
 func sendAndCheckSignals(t *testing.T, s *sandbox, w *exec.Cmd, procs []string, end syscall.Signal) {
 	t.Helper()
-	for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, end} {
+	for _, sig := range append(nonEnding[:len(nonEnding):len(nonEnding)], end) {
 		if err := w.Process.Signal(sig); err != nil {
 			t.Fatal(err)
 		}
@@ -662,7 +663,7 @@ func sendAndCheckSignals(t *testing.T, s *sandbox, w *exec.Cmd, procs []string, 
 	if code := exitOf(t, w); code != 0 {
 		t.Errorf("exit %d, want 0 (sigrec exits 0 on %s)", code, sigName(end))
 	}
-	for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, end} {
+	for _, sig := range append(nonEnding[:len(nonEnding):len(nonEnding)], end) {
 		if got := recorded(s.path("rec"), sigName(sig)); !slices.Equal(got, procs) {
 			t.Errorf("%s reached %q, want %q", sigName(sig), got, procs)
 		}
@@ -681,9 +682,14 @@ func recorded(path, what string) []string {
 	return slices.Compact(pids)
 }
 
+// nonEnding are the forwarded signals that sigrec records and lives on.
+var nonEnding = []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
+	syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGXCPU}
+
 func sigName(s syscall.Signal) string {
 	return map[syscall.Signal]string{syscall.SIGINT: "INT", syscall.SIGTERM: "TERM", syscall.SIGHUP: "HUP",
-		syscall.SIGQUIT: "QUIT", syscall.SIGUSR1: "USR1", syscall.SIGUSR2: "USR2", syscall.SIGWINCH: "WINCH"}[s]
+		syscall.SIGQUIT: "QUIT", syscall.SIGUSR1: "USR1", syscall.SIGUSR2: "USR2", syscall.SIGWINCH: "WINCH",
+		syscall.SIGALRM: "ALRM", syscall.SIGVTALRM: "VTALRM", syscall.SIGXCPU: "XCPU"}[s]
 }
 
 // 9. A signal while waiting ends the wait: 128+N, no queue entry, no

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,14 +52,29 @@ func settleSignals(cont <-chan os.Signal) {
 // handler for longer leaves its signal to JobControl's later look.
 const settleBound = 200 * time.Millisecond
 
-// forwardedMask is the signals fencerun forwards (S7), as bits of the
-// masks /proc shows (signal n is bit n-1); handlerMask those of them that
-// the Go runtime never blocks in a thread (it may, for the others, while
-// nothing is subscribed to them) but while a handler or one of its short
-// windows with every signal blocked runs there.
-const (
-	handlerMask   = 1<<(unix.SIGHUP-1) | 1<<(unix.SIGINT-1) | 1<<(unix.SIGQUIT-1) | 1<<(unix.SIGTERM-1)
-	forwardedMask = handlerMask | 1<<(unix.SIGUSR1-1) | 1<<(unix.SIGUSR2-1) | 1<<(unix.SIGWINCH-1)
+// Forwarded are the signals fencerun forwards to the command's tree (S7).
+// SIGALRM, SIGVTALRM and SIGXCPU are among them: fencerun sets no timer and
+// uses little CPU, so one sent to it was sent with kill, for the command
+// (timeout -s ALRM fencerun ...). SIGPIPE is not: it is what fencerun gets
+// itself when its stderr's reader is gone, and it is caught and dropped so
+// that a log line never kills it. Nor is SIGPROF: the Go runtime takes it
+// for its profiler and never hands it to a program, so it is dropped.
+var Forwarded = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGXCPU}
+
+// forwardedMask is Forwarded as bits of the masks /proc shows (signal n is
+// bit n-1); handlerMask those of them that the Go runtime never blocks in
+// a thread (it may, for the others, while nothing is subscribed to them)
+// but while a handler or one of its short windows with every signal
+// blocked runs there.
+var (
+	handlerMask   uint64 = 1<<(unix.SIGHUP-1) | 1<<(unix.SIGINT-1) | 1<<(unix.SIGQUIT-1) | 1<<(unix.SIGTERM-1)
+	forwardedMask        = func() (m uint64) {
+		for _, s := range Forwarded {
+			m |= 1 << (s - 1)
+		}
+		return m
+	}()
 )
 
 // signalsInFlight reports whether a forwarded signal is pending for this

@@ -190,8 +190,7 @@ func given(kctx *kong.Context, name string) bool {
 // the command is given" asks.
 var forwarded = func() []os.Signal {
 	var sigs []os.Signal
-	for _, s := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH} {
+	for _, s := range supervisor.Forwarded {
 		if !supervisor.CallerIgnored(s) {
 			sigs = append(sigs, s)
 		}

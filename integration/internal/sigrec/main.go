@@ -5,12 +5,13 @@
 // Usage: sigrec FILE
 //
 // sigrec starts one child of itself in its own process group. Both catch
-// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH and append
-// "<pid> <SIGNAL>" to FILE, one write a line (O_APPEND, so the lines of the
-// two processes never mix). Each appends "<pid> ready" once its handlers are
-// in place. On SIGINT, SIGTERM, SIGHUP or SIGQUIT each exits 0 after
-// recording; the parent first waits for its child, so that a signal the
-// child never gets keeps the parent running and the test sees it.
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM,
+// SIGVTALRM and SIGXCPU and append "<pid> <SIGNAL>" to FILE, one write a
+// line (O_APPEND, so the lines of the two processes never mix). Each
+// appends "<pid> ready" once its handlers are in place. On SIGINT,
+// SIGTERM, SIGHUP or SIGQUIT each exits 0 after recording; the parent first
+// waits for its child, so that a signal the child never gets keeps the
+// parent running and the test sees it.
 //
 // It guarantees nothing about signals that arrive before "ready".
 package main
@@ -24,13 +25,16 @@ import (
 )
 
 var names = map[os.Signal]string{
-	syscall.SIGINT:   "INT",
-	syscall.SIGTERM:  "TERM",
-	syscall.SIGHUP:   "HUP",
-	syscall.SIGQUIT:  "QUIT",
-	syscall.SIGUSR1:  "USR1",
-	syscall.SIGUSR2:  "USR2",
-	syscall.SIGWINCH: "WINCH",
+	syscall.SIGINT:    "INT",
+	syscall.SIGTERM:   "TERM",
+	syscall.SIGHUP:    "HUP",
+	syscall.SIGQUIT:   "QUIT",
+	syscall.SIGUSR1:   "USR1",
+	syscall.SIGUSR2:   "USR2",
+	syscall.SIGWINCH:  "WINCH",
+	syscall.SIGALRM:   "ALRM",
+	syscall.SIGVTALRM: "VTALRM",
+	syscall.SIGXCPU:   "XCPU",
 }
 
 // terminating signals end both processes after they are recorded.
