@@ -24,7 +24,7 @@ func (StatusCmd) Help() string {
 
 States: held (a live holder), expired (the holder is past its expiry; it may still be alive and is not taken from), free, corrupt (a state file cannot be read; the error names it; 'release --force KEY' clears it), and for residents stuck (ticked once, then silent for its --stuck-after).
 
-The holder's pid is the fencerun process that holds the lease; the command's own pid is shown beside it. The lease's secret token is never shown. --json prints one object {"key" or "store", "state", "holder" or null, "waiters"} with RFC 3339 times. --exit-code exits 0 held, 3 free, 4 expired, 5 corrupt; without it a corrupt key exits 125.`
+The holder's pid is the fencerun process that holds the lease; the command's own pid is shown beside it. The lease's secret token is never shown. A key's done --once IDs follow, newest first, with the fence, holder and time of the run that did each (the newest 10 as text). --json prints one object {"key" or "store", "state", "holder" or null, "waiters", and "done" where there are done IDs} with RFC 3339 times. --exit-code exits 0 held, 3 free, 4 expired, 5 corrupt; without it a corrupt key exits 125.`
 }
 
 // Help explains list.
