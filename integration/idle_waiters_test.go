@@ -113,6 +113,10 @@ func TestManyWaitersInArrivalOrder(t *testing.T) {
 			t.Fatalf("waiter %d never queued (%d in the queue)", i, queued(queue))
 		}
 	}
+	// P8: at most 3 MiB Pss a waiter, the queue full and at rest.
+	if pss := meanPss(t, waiters); pss > 3<<20 {
+		t.Errorf("%d waiters: %.1f MiB Pss each, want at most 3 MiB", n, pss/(1<<20))
+	}
 	gate.Close()
 	if code := exitOf(t, holder); code != 0 {
 		t.Errorf("holder exited %d, want 0 (76: it lost its lease)", code)
@@ -179,4 +183,24 @@ func TestIdleStandbyDoesNothing(t *testing.T) {
 		t.Errorf("standby exited %d, want 0", code)
 	}
 	waitFile(t, s.path("standby-ran"))
+}
+
+// meanPss is the mean proportional set size of the processes of cs, in
+// bytes (/proc/PID/smaps_rollup).
+func meanPss(t *testing.T, cs []*exec.Cmd) float64 {
+	t.Helper()
+	total := 0.0
+	for _, c := range cs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", c.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+				total += kb * 1024
+			}
+		}
+	}
+	return total / float64(len(cs))
 }
