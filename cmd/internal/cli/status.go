@@ -217,9 +217,13 @@ type leftoversView struct {
 	HolderPID int    `json:"holder_pid"`
 	Count     int    `json:"count"`
 	Cgroup    string `json:"cgroup,omitempty"`
+	Error     string `json:"error,omitempty"` // why they could not all be counted
 }
 
 func (l *leftoversView) String() string {
+	if l.Error != "" {
+		return fmt.Sprintf("leftovers: %d processes of dead holder pid %d, and more not counted: %s", l.Count, l.HolderPID, l.Error)
+	}
 	return fmt.Sprintf("leftovers: %d processes of dead holder pid %d", l.Count, l.HolderPID)
 }
 
@@ -239,9 +243,15 @@ func view(st store.Status) statusView {
 		v.Holder = &c
 	}
 	if st.Holder == nil && len(st.Leftovers) > 0 {
-		if n, _ := supervisor.CountTrees(st.Leftovers); n > 0 {
+		// One that cannot be counted is shown too: the next run, which
+		// must stop it first, would fail as this did (never "free" alone
+		// while runs are refused).
+		if n, err := supervisor.CountTrees(st.Leftovers); n > 0 || err != nil {
 			last := st.Leftovers[len(st.Leftovers)-1]
 			v.Leftovers = &leftoversView{HolderPID: last.HolderPID, Count: n, Cgroup: last.Cgroup}
+			if err != nil {
+				v.Leftovers.Error = err.Error()
+			}
 		}
 	}
 	return v
@@ -300,6 +310,9 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 		fmt.Fprintf(tw, "leftovers:\t%d processes of dead holder pid %d", l.Count, l.HolderPID)
 		if l.Cgroup != "" {
 			fmt.Fprintf(tw, " in cgroup %s", store.Printable(l.Cgroup))
+		}
+		if l.Error != "" {
+			fmt.Fprintf(tw, ", and more not counted: %s", store.Printable(l.Error))
 		}
 		fmt.Fprintln(tw)
 	}
