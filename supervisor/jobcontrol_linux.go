@@ -123,7 +123,7 @@ func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.S
 
 // subscribe hands this Process, from before the command starts and until
 // just after it is reaped, the job signals sent to this process and
-// SIGCONT, for JobControl (the reaper catches them: see setup); those the
+// SIGCONT, for JobControl (Catch catches them); those the
 // caller ignored stay ignored, for the command too.
 func (p *Process) subscribe() {
 	p.jobSigs = make(chan os.Signal, len(jobSignals))

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"fmt"
 	"os"
-	"os/signal"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -25,58 +24,16 @@ type registry struct {
 	listeners map[*Process]bool // subscribed to the job signals and SIGCONT
 }
 
-// setup makes this process a child subreaper and starts the reaper, once.
-// The reaper catches, in one subscription, SIGCHLD, and the job signals
-// and SIGCONT but those the caller ignored (left ignored, for the command
-// too): from the first start on they are caught for good, and go to the
-// listening Processes (subscribe), or nowhere.
+// setup makes this process a child subreaper, once, and makes sure its
+// signals are caught (Catch).
 func setup() error {
 	reg.once.Do(func() {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			reg.err = fmt.Errorf("supervisor: becoming a child subreaper: %w", err)
-			return
 		}
-		reg.procs = make(map[int]*Process)
-		reg.listeners = make(map[*Process]bool)
-		sigs := []os.Signal{syscall.SIGCHLD}
-		for _, s := range append(jobSignals, syscall.SIGCONT) {
-			if !CallerIgnored(s) {
-				sigs = append(sigs, s)
-			}
-		}
-		c := make(chan os.Signal, 8)
-		signal.Notify(c, sigs...)
-		go func() {
-			for s := range c {
-				if s != syscall.SIGCHLD {
-					reg.deliver(s)
-					continue
-				}
-				// Else each Process reaps all: see pidns_linux.go.
-				if !foreignProc() && deadOrphans() {
-					reapAdopted()
-				}
-			}
-		}()
 	})
+	Catch()
 	return reg.err
-}
-
-// deliver hands a job signal or SIGCONT to every listening Process,
-// without waiting: one it has not taken yet stands for the next.
-func (r *registry) deliver(s os.Signal) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for p := range r.listeners {
-		to := p.jobSigs
-		if s == syscall.SIGCONT {
-			to = p.cont
-		}
-		select {
-		case to <- s:
-		default:
-		}
-	}
 }
 
 // deadOrphans reports whether a child of this process may be an orphan

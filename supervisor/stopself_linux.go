@@ -26,7 +26,11 @@ type sigaction struct {
 // been continued, puts the runtime's handler back. Until then, the same
 // signal sent again stops this process too, as it would without
 // fencerun.
-func stopSelf(sig syscall.Signal) (restore func(), err error) {
+func stopSelf(sig syscall.Signal) (restore func(), err error) { return stopWith(0, sig) }
+
+// stopWith is stopSelf with kill(2)'s target pid: 0, this process's group,
+// or this process alone (stopAsDefault).
+func stopWith(pid int, sig syscall.Signal) (restore func(), err error) {
 	restore = func() {}
 	if sig != syscall.SIGSTOP {
 		var dfl, old sigaction // handler 0 is SIG_DFL
@@ -35,7 +39,7 @@ func stopSelf(sig syscall.Signal) (restore func(), err error) {
 		}
 		restore = func() { _ = rtSigaction(sig, &old, nil) }
 	}
-	if err := unix.Kill(0, sig); err != nil {
+	if err := unix.Kill(pid, sig); err != nil {
 		restore()
 		return nil, err
 	}

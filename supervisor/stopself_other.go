@@ -12,6 +12,9 @@ import (
 // the kernel's struct sigaction is not known here, the default action of
 // a caught stop signal cannot be put back (see stopself_linux.go). The
 // shell sees the job stopped all the same, by another signal.
-func stopSelf(syscall.Signal) (restore func(), err error) {
-	return func() {}, unix.Kill(0, syscall.SIGSTOP)
+func stopSelf(sig syscall.Signal) (restore func(), err error) { return stopWith(0, sig) }
+
+// stopWith is stopSelf with kill(2)'s target pid.
+func stopWith(pid int, _ syscall.Signal) (restore func(), err error) {
+	return func() {}, unix.Kill(pid, syscall.SIGSTOP)
 }

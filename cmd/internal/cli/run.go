@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -217,18 +216,14 @@ func (r *RunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return notStarted(err)
 	}
-	// Signals are caught from here on: one while waiting ends the wait. The
-	// fatal ones too, so that none kills fencerun with its tree left (S7).
-	// They stay caught until the process exits, right after the run: one
-	// that comes once the run is over changes nothing (its outcome is
-	// decided, the lease let go), and undoing each is a round trip to the
-	// runtime's signal-mask thread, 0.15 ms of CPU a run (P1, P4).
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, append(forwarded, fenced.Fatal...)...)
-	// A closed stderr must not kill fencerun at its next log line: with
-	// SIGPIPE caught, the write only fails, and the logger drops it
-	// (quietWriter). The command gets SIGPIPE's default back at exec.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	// Signals are caught from here on, in this process's one subscription
+	// (supervisor.Catch, which also catches SIGPIPE, so that a closed
+	// stderr makes a log line fail rather than kill fencerun): one while
+	// waiting ends the wait; the fatal ones too, so that none kills
+	// fencerun with its tree left (S7). They stay caught until the process
+	// exits, right after the run: one that comes once the run is over
+	// changes nothing (its outcome is decided, the lease let go).
+	sigs := supervisor.Catch(append(forwarded, fenced.Fatal...)...)
 
 	ticks, err := g.listenTicks(g.log.Named("tick"))
 	if err != nil {
