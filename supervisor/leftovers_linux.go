@@ -281,7 +281,7 @@ type reading struct {
 	// inGroup: the recorded group is the tree's (a live process of it
 	// carries the marker, or is in the holder's recorded session);
 	// inSession: the recorded session may be acted on; groupSeen: a live
-	// process of the group was read.
+	// process with the group's id was read, or the id is another's.
 	inGroup, inSession, groupSeen bool
 }
 
@@ -303,14 +303,17 @@ func (t *leftoverTree) read() (*reading, error) {
 	r.inSession = !t.l.Shared
 	held := r.inSession && t.l.Session.ID > 1 && t.l.Group.Start >= t.l.Session.Start
 	for _, q := range procs {
-		if !r.group(q, q.pgid) || q.dead() {
+		if q.pgid != t.l.Group.ID || q.dead() {
 			continue
 		}
 		r.groupSeen = true
-		if held && r.session(q, q.sid) || r.marked(q) {
+		if r.group(q, q.pgid) && (held && r.session(q, q.sid) || r.marked(q)) {
 			r.inGroup = true
 			break
 		}
+	}
+	if leader, ok := procs[t.l.Group.ID]; ok && !leader.dead() && leader.start != t.l.Group.Start {
+		r.groupSeen = true // the id is a later process's: never to be stopped
 	}
 	return r, nil
 }
