@@ -42,6 +42,16 @@
 //   - A waiter keeps its place through a leader election or a lost
 //     member: a read that gets no answer is made again while its lease is
 //     within the term of its last keep-alive; past that it fails (E6).
+//   - A member that goes silent (a partition, a black hole) leaves the
+//     client's rotation within about a second of the next request on its
+//     connection, and every connection carries one each third of the TTL
+//     (keep-alive, progress request on the watch stream): E7, see
+//     keepAliveTimeout and prober.
+//   - The command is told the cluster as etcdctl reads it
+//     (ETCDCTL_ENDPOINTS, and the TLS files given), never credentials (E9).
+//   - It stops no process and reads no process tree: Prune asks the
+//     caller's Options.Running whether a dead waiter's tree runs, and
+//     ForgetHost (prune --forget-host) drops a gone host's records (E11).
 //   - Leftovers: a contender records its marker, cgroup and host in a side
 //     key with no lease, with its contender key (a waiter's marked queued:
 //     so its take writes nothing before its command starts), deleted when
