@@ -44,9 +44,10 @@
 //     within the term of its last keep-alive; past that it fails (E6).
 //   - A member that goes silent (a partition, a black hole) leaves the
 //     client's rotation within about a second of the next request on its
-//     connection, and every connection carries one each third of the TTL
-//     (keep-alive, progress request on the watch stream): E7, see
-//     keepAliveTimeout and prober.
+//     connection; renewals and waits send one each third of the TTL
+//     (keep-alive, a waiter's progress request on its watch stream), idle
+//     connections are pinged every 10 s: E7, see keepAliveTimeout and
+//     prober.
 //   - The command is told the cluster as etcdctl reads it
 //     (ETCDCTL_ENDPOINTS, and the TLS files given), never credentials (E9).
 //   - It stops no process and reads no process tree: Prune asks the

@@ -58,11 +58,11 @@ type Options struct {
 // for it (a black-holed or cut-off member) is closed by the kernel. A closed
 // connection leaves the client's rotation until it is dialled again, and
 // the calls on it fail over to a live member (see Lease.Renew and the
-// waiter's keep). Every connection fencerun uses while it holds or waits
-// carries a request every third of the TTL (the keep-alive, and a progress
-// request on the watch stream), so a member that goes silent is out of use
-// within about a second of the next one; etcdctl's 6 s timeout would leave
-// it in use past a short TTL. A false alarm (a second with no
+// waiter's keep). The connections a renewal or a wait uses carry a
+// request every third of the TTL (the keep-alive; a waiter's watch, a
+// progress request: see prober), so a member that goes silent is out of
+// use within about a second of the next one; etcdctl's 6 s timeout would
+// leave it in use past a short TTL. A false alarm (a second with no
 // acknowledgement on a live link) costs a reconnection, never the lease.
 const (
 	keepAliveTime    = 10 * time.Second

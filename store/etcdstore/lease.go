@@ -114,7 +114,6 @@ func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
 	pending := l.pending()
 	l.mu.Unlock()
 	succeeded, cerr := l.compare(ctx, pending)
-	l.s.watchProber().Poke() // the watch's connection is checked with it (E7)
 	ttl, err := answer()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return store.Term{}, l.lost("was revoked or expired: its lease is gone")
