@@ -478,7 +478,7 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 	// guard no acquirer is binding one; a live holder's is never stale.
 	names, _ := kd.List()
 	for _, name := range names {
-		if isNotifyName(name) && unixsock.RemoveStale(kd.FD, kd.Path, name) {
+		if (isNotifyName(name) || isAwaitName(name)) && unixsock.RemoveStale(kd.FD, kd.Path, name) {
 			out = append(out, store.Pruned{Key: key, What: "stale socket", Path: kd.Join(name)})
 		}
 	}

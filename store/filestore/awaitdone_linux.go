@@ -3,21 +3,28 @@ package filestore
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/fencerun/fencerun/internal/notify"
 	"github.com/fencerun/fencerun/store"
 )
 
+// A run with --once that waits for the key hears of its ID being marked
+// done through the same internal/notify sockets a holder hears of a
+// revocation by: it listens in the key's directory under a name of its
+// own kind ("d-n-" and 32 hex digits), and a release that marks an ID
+// done sends one byte to every such socket there after its write. Marks
+// are rare (once an ID), so waking every awaiter of the key at each mark
+// costs one read each and spares a registry of who awaits what.
+
+// awaitPrefix starts an awaiter's socket name in its key directory.
+const awaitPrefix = "d-"
+
+// isAwaitName reports whether name is an awaiter's socket name.
+func isAwaitName(name string) bool { return notify.IsName(name, awaitPrefix) }
+
 // AwaitDone waits for id to be marked done under key (see store.Store).
-// The done file is only ever renamed into the key's directory, so an
-// inotify watch of that directory (the one open, not whatever its path
-// names later) for renames into it wakes the waiter for each mark, and
-// for little else (a record or cancel request rewritten whole); each wake
-// reads the file again. The watch is set before the first read, so no
-// mark falls between the two.
+// The socket is bound before the first read, so no mark falls between
+// the two.
 func (s *Store) AwaitDone(ctx context.Context, key, id string) (*store.Done, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return nil, err
@@ -27,19 +34,13 @@ func (s *Store) AwaitDone(ctx context.Context, key, id string) (*store.Done, err
 		return nil, err
 	}
 	defer kd.Close()
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	l, err := notify.Listen(kd.FD, kd.Path, awaitPrefix, kd.FileMode())
 	if err != nil {
-		return nil, fmt.Errorf("filestore: inotify: %w", err)
+		return nil, err
 	}
-	ino := os.NewFile(uintptr(fd), "inotify") // read through Go's poller, so Close ends a read
-	defer ino.Close()
-	mask := uint32(unix.IN_MOVED_TO | unix.IN_ONLYDIR | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF)
-	if _, err := unix.InotifyAddWatch(fd, "/proc/self/fd/"+strconv.Itoa(kd.FD), mask); err != nil {
-		return nil, fmt.Errorf("filestore: watch %s: %w", kd.Path, err)
-	}
-	stop := context.AfterFunc(ctx, func() { ino.Close() })
-	defer stop()
-	buf := make([]byte, 4096)
+	defer l.Close()
+	marks, failed := make(chan struct{}, 1), make(chan error, 1)
+	l.Notify(marks, func(err error) { failed <- err })
 	for {
 		done, err := readDone(kd)
 		if err != nil {
@@ -48,11 +49,24 @@ func (s *Store) AwaitDone(ctx context.Context, key, id string) (*store.Done, err
 		if d := store.FindDone(done, id); d != nil {
 			return d, nil
 		}
-		if _, err := ino.Read(buf); err != nil {
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
-			}
-			return nil, fmt.Errorf("filestore: watch %s: %w", kd.Path, err)
+		select {
+		case <-marks:
+		case err := <-failed:
+			return nil, fmt.Errorf("filestore: await %s: %w", kd.Path, err)
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// wakeAwaiters tells every run awaiting a mark in the key directory kd to
+// read the done IDs again. It is best effort, like poke: an awaiter that
+// is gone is not reached, and prune removes its socket.
+func wakeAwaiters(kd dir) {
+	names, _ := kd.List()
+	for _, name := range names {
+		if isAwaitName(name) {
+			notify.Send(kd.FD, kd.Path, awaitPrefix, name)
 		}
 	}
 }

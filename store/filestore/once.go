@@ -140,7 +140,11 @@ func (l *Lease) markDone(id string, rec record, err error) error {
 	if h := rec.Holder; h != nil {
 		d.Name, d.PID, d.Host = h.Name, h.PID, h.Host
 	}
-	return writeDone(l.kd, store.MarkDone(done, d))
+	if err := writeDone(l.kd, store.MarkDone(done, d)); err != nil {
+		return err
+	}
+	wakeAwaiters(l.kd)
+	return nil
 }
 
 // ReleaseDone releases the lease and marks id done with it (see

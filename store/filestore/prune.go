@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/internal/statefs"
+	"github.com/fencerun/fencerun/internal/unixsock"
 )
 
 // Prune removes a free key's directory: fences come from the store's
@@ -33,6 +34,10 @@ func (s *Store) removeFree(key string, kd dir) (bool, error) {
 			continue
 		case name == doneFile:
 			return false, nil // its done IDs are kept (O3)
+		case isAwaitName(name):
+			if !unixsock.RemoveStale(kd.FD, kd.Path, name) {
+				return false, nil // a live run awaits a mark here
+			}
 		default:
 			s.log.Debug("keeping a key directory with a name that is not ours", "path", kd.Join(name))
 			return false, nil
