@@ -69,16 +69,23 @@ func parseLeftover(kv *mvccpb.KeyValue) (leftover, bool) {
 	return r, true
 }
 
-// bound is r as far as this host can tie it to a fencerun holder. Anyone
-// who may write the cluster's side keys can put a leftover record, so a
-// record of this host is not taken at its word: its process group and
-// session count only while their leader carries the record's marker in its
-// environment (as every command fencerun starts does), and its cgroup only
-// when it is one fencerun made (named fencerun-*). What is dropped is not
-// stopped; the marker scan still finds the tree's processes that carry it.
-func bound(r leftover, host string) leftover {
+// bound is r, the record at recordKey, as far as this host can tie it to
+// a fencerun holder. Anyone who may write the cluster's side keys can put
+// a leftover record, so a record of this host is not taken at its word: a
+// tick marker counts only where its socket's directory binds it to this
+// very record (proven, S9), else the record directs nothing (no marker,
+// cgroup, group or session); its process group and session count only
+// while their leader carries the record's marker in its environment (as
+// every command fencerun starts does), and its cgroup only when it is one
+// fencerun made (named fencerun-*). What is dropped is not stopped; the
+// marker scan still finds the tree's processes that carry it.
+func bound(r leftover, host, recordKey string) leftover {
 	if r.Host != host {
 		return r // not ours to act on; nobody here will
+	}
+	if !proven(r.Marker, recordKey) {
+		r.Marker, r.Cgroup, r.Group, r.Session = "", "", store.ProcessID{}, store.ProcessID{}
+		return r
 	}
 	if r.Group.ID != 0 && !carries(r.Group.ID, r.Marker) {
 		r.Group = store.ProcessID{}
@@ -186,6 +193,7 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 		return nil, nil, s.fail("grant a lease", orCause(ctx, err))
 	}
 	a.id = g.ID
+	a.s.bindTick(a.claim.Marker, leftoverKey(a.key, g.ID))
 	a.term = store.Term{Start: start, TTL: time.Duration(g.TTL) * time.Second}
 	a.myKey = prefixOf(a.key) + leaseHex(g.ID)
 	a.desc = desc{Name: a.claim.Name, PID: os.Getpid(), Host: a.s.host, Reason: a.claim.Reason, Acquired: time.Now()}
@@ -565,7 +573,7 @@ func predecessor(records []*mvccpb.KeyValue, key string, live map[string]bool, h
 			queuedElsewhere++
 			continue
 		}
-		r = bound(r, host)
+		r = bound(r, host, string(kv.Key))
 		if r.Host == host {
 			keys = append(keys, string(kv.Key))
 		}

@@ -81,7 +81,7 @@ func (s *Store) leftovers(ctx context.Context, st *store.Status, live map[string
 	}
 	for _, kv := range resp.Kvs {
 		if r, ok := parseLeftover(kv); ok && !live[string(kv.Key)] && isLeftoverOf(st.Key, kv.Key) && (!r.Queued || r.Host == s.host) {
-			st.Leftovers = append(st.Leftovers, bound(r, s.host).tree())
+			st.Leftovers = append(st.Leftovers, bound(r, s.host, string(kv.Key)).tree())
 		}
 	}
 	return nil
@@ -253,7 +253,7 @@ func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 		out = append(out, store.Pruned{Key: r.key, What: what, Path: prefixOf(r.key) + hex})
 	}
 	queued, err := s.pruneQueued(ctx)
-	return append(append(out, queued...), pruneTickDirs()...), err
+	return append(append(out, queued...), pruneTickDirs(s.recordExists(ctx))...), err
 }
 
 // pruneQueued deletes this host's queued leftover records (see leftover)
@@ -272,7 +272,7 @@ func (s *Store) pruneQueued(ctx context.Context) ([]store.Pruned, error) {
 		if !ok || !r.Queued || r.Host != s.host || alive(r.PID) {
 			return false
 		}
-		n, err := s.running([]store.Leftover{bound(r, s.host).tree()})
+		n, err := s.running([]store.Leftover{bound(r, s.host, string(kv.Key)).tree()})
 		return err == nil && n == 0 // else a tree runs: the next holder here stops it
 	})
 }
@@ -334,4 +334,15 @@ func alive(pid int) bool {
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}
+
+// recordExists is whether a leftover record is on the cluster; one that
+// cannot be read is taken to be.
+func (s *Store) recordExists(ctx context.Context) func(recordKey string) bool {
+	return func(recordKey string) bool {
+		octx, cancel := s.op(ctx)
+		defer cancel()
+		resp, err := s.c.Get(octx, recordKey, clientv3.WithCountOnly())
+		return err != nil || resp.Count > 0
+	}
 }

@@ -94,6 +94,9 @@ type Store struct {
 	// ticksPrivate: ticks is this process's own directory, which Close
 	// removes (the user's could not be used: TickDir).
 	ticksPrivate bool
+	// bound are the files bindTick wrote, which Close removes.
+	boundMu sync.Mutex
+	bound   []string
 }
 
 var _ store.Store = (*Store)(nil)
@@ -150,6 +153,7 @@ func (s *Store) Close() error {
 	if s.ticksPrivate {
 		os.RemoveAll(s.ticks)
 	}
+	s.unbindTicks()
 	return s.c.Close()
 }
 
@@ -185,7 +189,7 @@ func (s *Store) TickDir() (string, error) {
 		if s.ticksErr == nil {
 			return
 		}
-		s.ticks, s.ticksErr = os.MkdirTemp("", ticksPattern)
+		s.ticks, s.ticksErr = os.MkdirTemp("", ticksPattern+strconv.Itoa(os.Geteuid())+"-")
 		s.ticksPrivate = s.ticksErr == nil
 		if s.ticksErr != nil {
 			s.ticksErr = fmt.Errorf("etcdstore: tick directory: %w", s.ticksErr)

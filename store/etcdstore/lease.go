@@ -295,6 +295,13 @@ func (l *Lease) LeftoversStopped(ctx context.Context) error {
 		ops = append(ops, clientv3.OpDelete(k))
 	}
 	l.predKeys = nil
+	if l.pred != nil {
+		for _, tr := range l.pred.Leftovers {
+			if tr.Host == l.s.host {
+				unbind(tr.Marker) // its record goes now
+			}
+		}
+	}
 	forgotten := make(chan struct{})
 	l.forgetting = forgotten
 	go func() {

@@ -140,7 +140,13 @@ func TestQueuedRecordOfTheDead(t *testing.T) {
 	// prune: a queued record whose marker a live process carries stays;
 	// one whose tree is gone goes; a confirmed one stays (the next holder
 	// confirms it stopped).
-	marker := ticksock.Marker(filepath.Join(t.TempDir(), "t-0123456789abcdef0123456789abcdef"))
+	// Its marker is bound to its record (bindTick), as a run's is.
+	ticks := filepath.Join(t.TempDir(), ticksPattern+strconv.Itoa(os.Geteuid()))
+	if err := os.Mkdir(ticks, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	marker := ticksock.Marker(filepath.Join(ticks, "t-0123456789abcdef0123456789abcdef"))
+	s.bindTick(marker, leftoverKey("pl", 0x300))
 	sleeper := exec.Command("sleep", "60")
 	sleeper.Env = append(os.Environ(), marker)
 	if err := sleeper.Start(); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fencerun/fencerun/internal/ticksock"
 	"github.com/fencerun/fencerun/internal/unixsock"
 	"github.com/fencerun/fencerun/store"
 )
@@ -65,7 +66,7 @@ func clearDead(dir string) []store.Pruned {
 // is never removed: its socket is bound, or, in the moment between the
 // directory and the socket, it is empty, and an empty one is kept (so one
 // of a run killed in that moment stays).
-func pruneTickDirs() []store.Pruned {
+func pruneTickDirs(exists func(recordKey string) bool) []store.Pruned {
 	tmp := os.TempDir()
 	entries, err := os.ReadDir(tmp)
 	if err != nil {
@@ -79,6 +80,7 @@ func pruneTickDirs() []store.Pruned {
 		path := filepath.Join(tmp, e.Name())
 		if e.Name() == ticksPattern+strconv.Itoa(os.Geteuid()) {
 			out = append(out, clearDead(path)...) // the user's: kept
+			out = append(out, pruneBindings(path, exists)...)
 			continue
 		}
 		var st unix.Stat_t
@@ -133,4 +135,139 @@ func deadSockets(fd int, dir string) (names []string, all bool) {
 		all = false
 	}
 	return names, all
+}
+
+// A leftover record names a tree by its tick marker, and anyone who may
+// write the cluster's side keys can put one: the victim's tick path is in
+// /proc/net/unix, its cgroup in /proc/PID/cgroup (issue 26). So a run
+// binds its tick socket to its record: beside the socket, in the tick
+// directory only its user can write (0700, userTickDir), a file holding
+// the record's key. A record directs signals at a tree only where that
+// file says it is this record's (proven).
+
+// bindSuffix ends the name of the file that binds a tick socket, by its
+// name, to the record of the run that made it.
+const bindSuffix = ".record"
+
+// bindTick writes the binding of marker's tick socket to recordKey, where
+// marker names a socket in one of this user's tick directories; Close
+// removes it. Failing, it writes nothing: the record then directs no
+// signals, and its tree is left to the holder's own death signal.
+func (s *Store) bindTick(marker, recordKey string) {
+	addr, ok := strings.CutPrefix(marker, ticksock.Marker(""))
+	if !ok || !ticksock.IsAddr(addr) || tickOwner(filepath.Dir(addr)) != os.Geteuid() {
+		return
+	}
+	path := addr + bindSuffix
+	if err := os.WriteFile(path, []byte(recordKey), 0o600); err != nil {
+		s.log.Warn("cannot bind the tick socket to its record", "path", path, "error", err)
+		return
+	}
+	s.boundMu.Lock()
+	s.bound = append(s.bound, path)
+	s.boundMu.Unlock()
+}
+
+// unbindTicks removes the bindings bindTick wrote.
+func (s *Store) unbindTicks() {
+	s.boundMu.Lock()
+	defer s.boundMu.Unlock()
+	for _, path := range s.bound {
+		os.Remove(path)
+	}
+	s.bound = nil
+}
+
+// tickOwner is the uid whose tick directory dir is: named ticksPattern
+// and its uid (the user's, or a private one's ticksPattern, uid, "-" and
+// more), a directory of that uid that nobody else can enter; -1 if not.
+func tickOwner(dir string) int {
+	rest, ok := strings.CutPrefix(filepath.Base(dir), ticksPattern)
+	if !ok {
+		return -1
+	}
+	rest, _, _ = strings.Cut(rest, "-")
+	uid, err := strconv.Atoi(rest)
+	var st unix.Stat_t
+	if err != nil || uid < 0 || unix.Lstat(dir, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR ||
+		int(st.Uid) != uid || st.Mode&0o077 != 0 {
+		return -1
+	}
+	return uid
+}
+
+// proven reports whether the record recordKey may direct signals at the
+// tree its marker names. A tick marker must name a socket in a tick
+// directory of its uid (tickOwner) bound to recordKey (bindTick); a
+// binding this process cannot read (another user's directory, and we are
+// not root) is taken as given, for signals from us cannot reach that
+// user's processes anyway. A marker that is not a tick marker is left to
+// the supervisor, which acts on none.
+func proven(marker, recordKey string) bool {
+	addr, ok := strings.CutPrefix(marker, ticksock.Marker(""))
+	if !ok || !ticksock.IsAddr(addr) {
+		return true
+	}
+	uid := tickOwner(filepath.Dir(addr))
+	if uid < 0 {
+		return false
+	}
+	fd, err := unix.Open(addr+bindSuffix, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err == unix.EACCES && os.Geteuid() != 0 && uid != os.Geteuid() {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != uid {
+		return false
+	}
+	b := make([]byte, len(recordKey)+1)
+	n, _ := unix.Read(fd, b)
+	return n == len(recordKey) && string(b[:n]) == recordKey
+}
+
+// pruneBindings removes the bindings in dir (the user's tick directory)
+// whose socket is gone and whose record is gone too (exists): a binding
+// outlives its run's socket for as long as its record may still direct
+// the next holder at a tree.
+func pruneBindings(dir string, exists func(recordKey string) bool) []store.Pruned {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []store.Pruned
+	for _, e := range entries {
+		sock, ok := strings.CutSuffix(e.Name(), bindSuffix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Lstat(filepath.Join(dir, sock), &st) == nil {
+			continue // its run lives, or its socket awaits clearDead
+		}
+		path := filepath.Join(dir, e.Name())
+		key, err := os.ReadFile(path)
+		if err != nil || exists(string(key)) {
+			continue
+		}
+		if os.Remove(path) == nil {
+			out = append(out, store.Pruned{What: "stale tick binding", Path: path})
+		}
+	}
+	return out
+}
+
+// unbind removes the binding of marker's tick socket, where this process
+// may: the next holder's, once it stopped the tree (LeftoversStopped).
+func unbind(marker string) {
+	addr, ok := strings.CutPrefix(marker, ticksock.Marker(""))
+	if !ok || !ticksock.IsAddr(addr) {
+		return
+	}
+	if uid := tickOwner(filepath.Dir(addr)); uid >= 0 && (uid == os.Geteuid() || os.Geteuid() == 0) {
+		os.Remove(addr + bindSuffix)
+	}
 }

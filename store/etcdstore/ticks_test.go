@@ -36,12 +36,12 @@ func TestPruneTickDirsTakesASocketLeftInItsBind(t *testing.T) {
 	dead, live := mk("dead"), mk("live")
 	bind(dead).Close()
 	defer bind(live).Close()
-	if out := pruneTickDirs(); len(out) != 0 {
+	if out := pruneTickDirs(func(string) bool { return true }); len(out) != 0 {
 		t.Fatalf("pruned %+v with the sockets fresh, want nothing", out)
 	}
 	defer func(age time.Duration) { unixsock.BindAge = age }(unixsock.BindAge)
 	unixsock.BindAge = 0
-	out := pruneTickDirs()
+	out := pruneTickDirs(func(string) bool { return true })
 	if len(out) != 1 || out[0].Path != filepath.Join(dead, unixsock.BindPrefix+"t-x") {
 		t.Errorf("pruned %+v, want the dead run's socket alone", out)
 	}

@@ -1,0 +1,66 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fencerun/fencerun/internal/testsupport"
+	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
+)
+
+// S9, issue 26 point 1: anyone who may write the cluster can put a
+// leftover record naming another job's tick marker (its path is in
+// /proc/net/unix) and cgroup (world-readable in /proc/PID/cgroup), with
+// this host's name. Root's next etcd run of that key then stopped root's
+// unrelated file-store job and removed its cgroup (4/4 in the probe). A
+// record now directs signals only at a tree whose tick socket its run
+// bound to that very record: the forged one stops nothing.
+func TestForgedEtcdLeftoverStopsNothing(t *testing.T) {
+	needEtcdctl(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the victim is root's own job, the runner root")
+	}
+	c := etcdtest.Start(t, etcdtest.Options{})
+	eps := c.Endpoints()
+	s := newSandbox(t)
+	// The victim: a file-store job, in a cgroup where one can be made.
+	victim := s.start(s.fencerun("victim", "run", "--key", "victim", "--",
+		"sh", "-c", `echo "$FENCERUN_TICK" > tick.tmp && mv tick.tmp tick; cat /proc/self/cgroup > cg.tmp && mv cg.tmp cg; echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 1000`))
+	tick := strings.TrimSpace(waitFile(t, s.path("tick")))
+	pid := readPids(waitPidFile(t, s.path("pid")))[0]
+	cgroup := ""
+	for _, line := range strings.Split(waitFile(t, s.path("cg")), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok && strings.Contains(rest, "fencerun-") {
+			cgroup = filepath.Join("/sys/fs/cgroup/unified", rest)
+		}
+	}
+	host, _ := os.Hostname()
+	for i, rec := range []map[string]any{
+		{"marker": "FENCERUN_TICK=" + tick, "host": host, "name": "forged", "pid": 999999, "fence": 1},
+		{"marker": "FENCERUN_TICK=" + tick, "cgroup": cgroup, "host": host, "name": "forged", "pid": 999999, "fence": 1},
+	} {
+		data, _ := json.Marshal(rec)
+		key := "forged" + string(rune('a'+i))
+		if out, err := etcdctl(eps, "put", "_fencerun/leftovers/"+key+"/00000000000000ff", string(data)).CombinedOutput(); err != nil {
+			t.Fatalf("etcdctl put: %v\n%s", err, out)
+		}
+		runner := onEtcd(t, eps, "run", "--key", key, "--", "true")
+		runner.Env = append(runner.Env, "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		if out, err := runner.CombinedOutput(); err != nil {
+			t.Logf("root's etcd run of %s: %v\n%s", key, err, out)
+		}
+		if !testsupport.Alive(pid) {
+			t.Fatalf("record %d (%s): root's etcd run of %s stopped the unrelated file-store job (pid %d)", i, data, key, pid)
+		}
+		if cgroup != "" {
+			if _, err := os.Stat(cgroup); err != nil {
+				t.Fatalf("record %d: the victim's cgroup %s: %v", i, cgroup, err)
+			}
+		}
+	}
+	victim.Process.Signal(os.Interrupt)
+	exitOf(t, victim)
+}
