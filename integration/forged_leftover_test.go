@@ -3,8 +3,10 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fencerun/fencerun/internal/testsupport"
@@ -63,4 +65,42 @@ func TestForgedEtcdLeftoverStopsNothing(t *testing.T) {
 	}
 	victim.Process.Signal(os.Interrupt)
 	exitOf(t, victim)
+}
+
+// The marker-only variant against a third user (1/1 in the probe): a
+// forged record naming another user's etcd job's tick marker made root's
+// next etcd run kill that job. Its socket is bound to its own record, not
+// to the forged one.
+func TestForgedEtcdLeftoverSparesAnotherUsersJob(t *testing.T) {
+	needEtcdctl(t)
+	victim := addUser(t)
+	c := etcdtest.Start(t, etcdtest.Options{})
+	eps := c.Endpoints()
+	work := sharedDir(t)
+	os.Chmod(work, 0o777)
+	job := victim.as(exec.Command(bin, "--etcd", eps, "run", "--key", "vjob", "--",
+		"sh", "-c", `echo "$FENCERUN_TICK" > tick.tmp && mv tick.tmp tick; echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 1000`))
+	job.Dir = work
+	job.Env = []string{"PATH=" + filepath.Dir(bin) + ":/usr/bin:/bin", "HOME=" + work, "TMPDIR=/tmp"}
+	if err := job.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { job.Process.Kill(); job.Wait() })
+	tick := strings.TrimSpace(waitFile(t, filepath.Join(work, "tick")))
+	pid := readPids(waitPidFile(t, filepath.Join(work, "pid")))[0]
+	host, _ := os.Hostname()
+	data, _ := json.Marshal(map[string]any{"marker": "FENCERUN_TICK=" + tick, "host": host, "name": "forged", "pid": 999999, "fence": 1})
+	if out, err := etcdctl(eps, "put", "_fencerun/leftovers/forgedv/00000000000000ff", string(data)).CombinedOutput(); err != nil {
+		t.Fatalf("etcdctl put: %v\n%s", err, out)
+	}
+	runner := onEtcd(t, eps, "run", "--key", "forgedv", "--", "true")
+	runner.Env = append(runner.Env, "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if out, err := runner.CombinedOutput(); err != nil {
+		t.Logf("root's etcd run: %v\n%s", err, out)
+	}
+	if !testsupport.Alive(pid) {
+		t.Fatalf("root's etcd run of forgedv stopped user %s's etcd job (pid %d) named by a forged record", victim.name, pid)
+	}
+	job.Process.Signal(syscall.SIGTERM)
+	job.Wait()
 }
