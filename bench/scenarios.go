@@ -286,7 +286,7 @@ func (h *harness) handoffOnce(t *tool, l lockSpec) (float64, error) {
 			return 0, err
 		}
 	}
-	holder, w, err := h.startFIFOHolder(t, l, fifo, exitStamp)
+	holder, w, err := h.startFIFOHolder(t, l, fifo, exitStamp, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -749,12 +749,13 @@ func thousands(n int) string {
 // startFIFOHolder starts a holder whose command waits to read fifo and
 // then execs the stamp program into exitStamp, and returns it with the
 // fifo's write end: the open returns once the holder's command has the
-// fifo open, so it runs and its wrapper holds the lock.
-func (h *harness) startFIFOHolder(t *tool, l lockSpec, fifo, exitStamp string) (*proc, *os.File, error) {
+// fifo open, so it runs and its wrapper holds the lock. It is guarded for
+// d more than other processes (startFor): a long queue lines up behind it.
+func (h *harness) startFIFOHolder(t *tool, l lockSpec, fifo, exitStamp string, d time.Duration) (*proc, *os.File, error) {
 	if err := mkfifo(fifo); err != nil {
 		return nil, nil, err
 	}
-	holder, err := h.start(t.argv(l, "sh", "-c", `read x < "$1"; exec "$2" "$3"`, "sh", fifo, h.stamp, exitStamp))
+	holder, err := h.startFor(t.argv(l, "sh", "-c", `read x < "$1"; exec "$2" "$3"`, "sh", fifo, h.stamp, exitStamp), d)
 	if err != nil {
 		return nil, nil, err
 	}

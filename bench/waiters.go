@@ -66,7 +66,9 @@ func (h *harness) drainOnce(t *tool, l lockSpec, n int) (float64, drainCounts, e
 	order := filepath.Join(l.files, "order")
 	_ = os.Remove(exitStamp)
 	_ = os.Remove(order)
-	holder, w, err := h.startFIFOHolder(t, l, fifo, exitStamp)
+	// A long queue takes long to line up: the guard grows with it.
+	queueing := time.Duration(n) * 100 * time.Millisecond
+	holder, w, err := h.startFIFOHolder(t, l, fifo, exitStamp, queueing)
 	if err != nil {
 		return 0, drainCounts{}, err
 	}
@@ -81,7 +83,7 @@ func (h *harness) drainOnce(t *tool, l lockSpec, n int) (float64, drainCounts, e
 	// One at a time, each seen queued before the next starts, so that the
 	// queue's order is known and every waiter is in it.
 	for i := range n {
-		p, err := h.start(t.argv(l, "sh", "-c", `echo "$0" >> "$1"`, strconv.Itoa(i), order))
+		p, err := h.startFor(t.argv(l, "sh", "-c", `echo "$0" >> "$1"`, strconv.Itoa(i), order), queueing)
 		if err != nil {
 			stop()
 			return 0, drainCounts{}, err
@@ -176,7 +178,8 @@ func (h *harness) idle(pr pair, server func() int, cpuGoal goal) []row {
 // measures them at rest for IdleWindow.
 func (h *harness) idleOnce(t *tool, l lockSpec, n int, server func() int) (cpu, pss float64, err error) {
 	fifo := filepath.Join(l.files, "go")
-	holder, w, err := h.startFIFOHolder(t, l, fifo, filepath.Join(l.files, "t_exit"))
+	queueing := time.Duration(n)*100*time.Millisecond + h.cfg.IdleWindow
+	holder, w, err := h.startFIFOHolder(t, l, fifo, filepath.Join(l.files, "t_exit"), queueing)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -189,7 +192,7 @@ func (h *harness) idleOnce(t *tool, l lockSpec, n int, server func() int) (cpu, 
 		}
 	}()
 	for range n {
-		p, err := h.start(t.argv(l, "true"))
+		p, err := h.startFor(t.argv(l, "true"), queueing)
 		if err != nil {
 			return 0, 0, err
 		}
