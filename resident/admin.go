@@ -14,8 +14,9 @@ import (
 )
 
 // Revoke breaks the holder's role (release --resident PATH --force): it
-// deletes the lock file the holder locked, so the holder loses the role
-// within a second (its Renew and Check say store.ErrLost: exit 76), and
+// deletes the lock file the holder locked and tells the holder's socket,
+// so the holder loses the role at once (its Renew and Check say
+// store.ErrLost: exit 76), and
 // its claim keeps every newcomer from starting until its tree is gone
 // (moved_linux.go). It also clears what fails closed: a corrupt payload of
 // a role nobody holds, junk (a directory, a FIFO) where the lock file
@@ -71,7 +72,12 @@ func revokeLock(p paths) (bool, uint64, error) {
 		}
 		return false, hint, nil
 	}
-	return true, hint, removeIfSame(fd, p.lock)
+	pl, _, _ := readPayload(fd, p.lock)
+	if err := removeIfSame(fd, p.lock); err != nil {
+		return true, hint, err
+	}
+	poke(p, pl.Notify, nil) // the holder checks its path at once, not within a second
+	return true, hint, nil
 }
 
 // removeIfSame deletes path if it still names the file open as fd.
