@@ -57,6 +57,7 @@ func (l *testLease) Predecessor() *store.Holder                      { return ni
 func (l *testLease) LeftoversStopped(context.Context) error          { return nil }
 func (l *testLease) Changes() <-chan struct{}                        { return l.changes }
 func (l *testLease) Release(context.Context) error                   { l.released <- struct{}{}; return nil }
+func (l *testLease) Ended(store.Ending)                              {}
 func (l *testLease) ReleaseDone(ctx context.Context, _ string) error { return l.Release(ctx) }
 func (l *testLease) Term() store.Term                                { return l.term }
 func (l *testLease) SetCommand(_ context.Context, group, _ store.ProcessID) error {

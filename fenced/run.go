@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/oklog/run"
+	"golang.org/x/sys/unix"
 
 	"github.com/fencerun/fencerun/fence"
 	"github.com/fencerun/fencerun/internal/boottime"
@@ -195,6 +196,7 @@ func Run(ctx context.Context, cfg Config) Outcome {
 	log := cfg.Logger.With("fence", lease.Fence())
 	keeper, err := fence.New(fence.Config{Lease: lease, TTL: cfg.TTL, Grace: cfg.Grace, Clock: cfg.Clock, Logger: log.Named("fence")})
 	if err != nil {
+		lease.Ended(store.Ending{How: store.EndFailed})
 		_ = lease.Release(ctx)
 		return Outcome{End: Failed, Err: err}
 	}
@@ -209,6 +211,7 @@ func Run(ctx context.Context, cfg Config) Outcome {
 		log.Error("the lease was lost before the command could start; it never ran", "start_error", errtext.Sentence(out.Err))
 		out = Outcome{End: FenceBroken}
 	}
+	lease.Ended(out.ending())
 	if cfg.Once != "" && out.succeeded() {
 		return releaseDone(relCtx, &cfg, keeper, out, log)
 	}
@@ -220,6 +223,32 @@ func Run(ctx context.Context, cfg Config) Outcome {
 		log.Info("released the lease")
 	}
 	return out
+}
+
+// ending is how the holding of a run that held the lease ended, for the
+// key's history (N2).
+func (o Outcome) ending() store.Ending {
+	switch o.End {
+	case Exited:
+		if o.Status.Signal != 0 {
+			return store.Ending{How: store.EndSignal, Signal: unix.SignalName(o.Status.Signal)}
+		}
+		code := o.Status.Code
+		return store.Ending{How: store.EndExited, ExitStatus: &code}
+	case Killed:
+		return store.Ending{How: store.EndKilled, Signal: unix.SignalName(o.Signal)}
+	case Interrupted:
+		return store.Ending{How: store.EndNotStarted, Signal: unix.SignalName(o.Signal)}
+	}
+	if how, ok := endings[o.End]; ok {
+		return store.Ending{How: how}
+	}
+	return store.Ending{How: store.EndFailed}
+}
+
+var endings = map[End]store.EndKind{
+	FenceBroken: store.EndLost, Cancelled: store.EndCancelled, HandedOver: store.EndHandedOver,
+	Stuck: store.EndStuck, TimedOut: store.EndTimeout, NotStarted: store.EndNotStarted,
 }
 
 // succeeded says whether the command exited 0 by itself, under the lease.
@@ -282,6 +311,7 @@ func acquire(ctx context.Context, cfg *Config) (store.Lease, syscall.Signal, err
 		if lease != nil {
 			// Leftovers not confirmed gone stay with the key for the next holder.
 			_ = stopLeftovers(ctx, cfg, lease, cfg.Logger)
+			lease.Ended(store.Ending{How: store.EndNotStarted, Signal: unix.SignalName(sig)})
 			_ = lease.Release(ctx)
 		}
 		return nil, sig, nil

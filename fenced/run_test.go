@@ -27,15 +27,16 @@ type fakeLease struct {
 	checks   chan error    // Check's answers: nil is l.request
 	request  store.Request // what a nil answer asks: a cancel unless set
 	ticks    chan time.Time
-	pids     chan int      // SetCommand's group, once the command runs
-	stopped  atomic.Bool   // LeftoversStopped was called
-	released chan struct{} // closed by Release
-	procGone func() bool   // reports, at Release, whether the command's tree is gone
-	gone     atomic.Bool   // what procGone said
-	recorded chan struct{} // if not nil, SetCommand waits until it is closed (a store that hangs)
-	hang     chan struct{} // if not nil, Renew waits until it is closed (renewals that stopped)
-	marked   string        // the ID ReleaseDone marked, read once released is closed
-	markErr  error         // what ReleaseDone returns
+	pids     chan int                     // SetCommand's group, once the command runs
+	stopped  atomic.Bool                  // LeftoversStopped was called
+	released chan struct{}                // closed by Release
+	procGone func() bool                  // reports, at Release, whether the command's tree is gone
+	gone     atomic.Bool                  // what procGone said
+	recorded chan struct{}                // if not nil, SetCommand waits until it is closed (a store that hangs)
+	hang     chan struct{}                // if not nil, Renew waits until it is closed (renewals that stopped)
+	marked   string                       // the ID ReleaseDone marked, read once released is closed
+	markErr  error                        // what ReleaseDone returns
+	ending   atomic.Pointer[store.Ending] // what Ended said
 }
 
 func newFakeLease(clock *boottime.Fake, ttl time.Duration) *fakeLease {
@@ -56,6 +57,7 @@ func (l *fakeLease) SetCommand(_ context.Context, group, _ store.ProcessID) erro
 	}
 	return nil
 }
+func (l *fakeLease) Ended(e store.Ending)                      { l.ending.Store(&e) }
 func (l *fakeLease) Changes() <-chan struct{}                  { return l.changes }
 func (l *fakeLease) Tick(_ context.Context, t time.Time) error { l.ticks <- t; return nil }
 func (l *fakeLease) Renew(context.Context) (store.Term, error) {

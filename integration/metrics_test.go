@@ -104,6 +104,7 @@ func TestMetrics(t *testing.T) {
 		{"fencerun_key_waiters", "key", "free", 0}, {"fencerun_key_corrupt", "key", "bad", 1},
 		{"fencerun_key_corrupt", "key", "busy", 0}, {"fencerun_key_leftover_processes", "key", "busy", 0},
 		{"fencerun_resident_held", "store", store, 1}, {"fencerun_resident_waiters", "store", store, 0},
+		{"fencerun_key_last_exit_status", "key", "free", 0},
 	} {
 		if got, ok := gauge(fams, c.name, c.label, c.value); !ok || got != c.want {
 			t.Errorf("%s{%s=%q} = %v (present %v), want %v", c.name, c.label, c.value, got, ok, c.want)
@@ -111,6 +112,9 @@ func TestMetrics(t *testing.T) {
 	}
 	if f, ok := gauge(fams, "fencerun_key_fence", "key", "busy"); !ok || f < 1 {
 		t.Errorf("fencerun_key_fence{key=busy} = %v (present %v), want the holder's fence", f, ok)
+	}
+	if _, ok := gauge(fams, "fencerun_key_last_exit_status", "key", "busy"); ok {
+		t.Error("a key whose only holding runs has a last exit status")
 	}
 	if _, ok := gauge(fams, "fencerun_key_fence", "key", "free"); ok {
 		t.Error("a free key has a fence gauge")

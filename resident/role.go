@@ -227,6 +227,9 @@ func (r *Role) Release(ctx context.Context) error {
 	return err
 }
 
+// Ended does nothing: a resident role keeps no history (N2 is a key's).
+func (r *Role) Ended(store.Ending) {}
+
 // ReleaseDone is Release: a resident role has no done IDs (--once is for
 // keys, and refused with --resident), so it marks nothing and says so.
 func (r *Role) ReleaseDone(ctx context.Context, id string) error {

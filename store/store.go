@@ -25,6 +25,12 @@
 //     instant, on the claim's Clock, read just before the write (or request)
 //     that set the expiry, and the TTL granted from then. The lease cannot
 //     expire before Term.Start+Term.TTL. The keeper counts from it.
+//   - a key keeps the history of its last MaxHistory holdings (N2), never
+//     more: each with its holder, start, end and how it ended (as the
+//     holder said through Lease.Ended, or revoked, or "unknown (holder
+//     died)"), written atomically (B5) so that a crash loses at most the
+//     end of the last holding; Prune keeps it, ForgetHistory drops a free
+//     key's.
 //
 // What "version" means. Every change a holder makes to its lease is
 // conditional on the lease still being the one it acquired. In the file
@@ -131,6 +137,18 @@ type Store interface {
 	// event of the store's (no polling) and never writes.
 	AwaitDone(ctx context.Context, key, id string) (*Done, error)
 
+	// History is the key's last holdings (N2), oldest first: at most
+	// MaxHistory, each with its holder, start and end, and how it ended.
+	// A holding whose holder died before it wrote its end reads
+	// EndUnknown once a later holding started; the current one has no
+	// end. A key that has none, or no state at all, has an empty list. It
+	// never writes.
+	History(ctx context.Context, key string) ([]Holding, error)
+
+	// ForgetHistory drops the history of key, which must be free (prune
+	// --history): a held key keeps it, and is reported false.
+	ForgetHistory(ctx context.Context, key string) (bool, error)
+
 	// Close releases what the store holds open. It does not release leases.
 	Close() error
 }
@@ -231,6 +249,11 @@ type Lease interface {
 	// let go). Only a run whose command succeeded under the lease calls
 	// it. The key keeps its last MaxDone marks; older ones are dropped.
 	ReleaseDone(ctx context.Context, id string) error
+	// Ended says how the holding ended, for the key's History: Release
+	// writes it, in one step with the release. A holding whose end was
+	// written already (a revoker's) keeps that one. Without it, Release
+	// writes EndReleased. Safe from any goroutine.
+	Ended(e Ending)
 }
 
 // Request is what someone asked of the holder of a lease.
@@ -393,6 +416,88 @@ type Pruned struct {
 	// of its processes were stopped.
 	HolderPID int `json:"holder_pid,omitempty"`
 	Count     int `json:"count,omitempty"`
+}
+
+// Holding is one holding of a key, as History keeps it (N2). The holder
+// is described as status describes it, never with its token.
+type Holding struct {
+	Fence  uint64 `json:"fence"`
+	Slot   *int   `json:"slot,omitempty"` // with --slots (M1); nil for an exclusive hold
+	Name   string `json:"name"`
+	PID    int    `json:"pid"`
+	Host   string `json:"host"`
+	Reason string `json:"reason,omitempty"`
+	// Start is when the lease was taken; End when the holding ended, zero
+	// while it lasts or when its holder died without saying.
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end,omitzero"`
+	Ending *Ending   `json:"ending,omitempty"` // nil while it lasts
+}
+
+// Ending is how a holding ended.
+type Ending struct {
+	How EndKind `json:"how"`
+	// ExitStatus is the command's own exit status (EndExited).
+	ExitStatus *int `json:"exit_status,omitempty"`
+	// Signal is the signal that ended the command (EndSignal) or fencerun
+	// (EndKilled), by name.
+	Signal string `json:"signal,omitempty"`
+	// By says who revoked it (EndRevoked): pid, user and host.
+	By string `json:"by,omitempty"`
+}
+
+// EndKind is how a holding ended, in words.
+type EndKind string
+
+const (
+	EndExited     EndKind = "exited"      // the command exited by itself
+	EndSignal     EndKind = "signal"      // the command died of a signal
+	EndLost       EndKind = "lost"        // the lease was lost (not renewed in time, taken over)
+	EndRevoked    EndKind = "revoked"     // release --force
+	EndCancelled  EndKind = "cancelled"   // fencerun cancel
+	EndTimeout    EndKind = "timeout"     // --timeout ran out
+	EndHandedOver EndKind = "handed over" // a newer build took the resident role
+	EndStuck      EndKind = "stuck"       // --stuck-after
+	EndKilled     EndKind = "killed"      // fencerun got a fatal signal and stopped the command
+	EndNotStarted EndKind = "not started" // the command could not be started, or a signal came first
+	EndFailed     EndKind = "failed"      // fencerun itself failed
+	EndReleased   EndKind = "released"    // released without saying how (a caller that did not call Ended)
+	EndUnknown    EndKind = "unknown (holder died)"
+)
+
+// MaxHistory is how many holdings of a key History keeps: the newest.
+const MaxHistory = 1000
+
+// Bounded is h with its text cut as status bounds it (MaxTextLen), so
+// that a history stays a bounded file or etcd value.
+func (h Holding) Bounded() Holding {
+	h.Name, h.Reason, h.Host = clip(h.Name), clip(h.Reason), clip(h.Host)
+	return h
+}
+
+// Finished is holdings with the holding of fence ended at end as e says,
+// unless its end was written already; it reports whether it changed
+// anything.
+func Finished(holdings []Holding, fence uint64, end time.Time, e Ending) bool {
+	for i := len(holdings) - 1; i >= 0; i-- {
+		if holdings[i].Fence == fence {
+			if holdings[i].Ending != nil {
+				return false
+			}
+			holdings[i].End, holdings[i].Ending = end, &e
+			return true
+		}
+	}
+	return false
+}
+
+// clip cuts text kept in a history to a bound (1 KiB, as --name and
+// --reason are bounded), at a UTF-8 boundary.
+func clip(s string) string {
+	if len(s) <= MaxTextLen {
+		return s
+	}
+	return strings.ToValidUTF8(s[:MaxTextLen], "")
 }
 
 // Done is one ID a run completed under a key (O1): who ran it, with which

@@ -2,6 +2,9 @@ package store
 
 import (
 	"fmt"
+	"os"
+	"os/user"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -54,4 +57,14 @@ func Printable(s string) string {
 		i += n
 	}
 	return b.String()
+}
+
+// Revoker says who revokes a lease, for its history (N2): this process,
+// its user and host.
+func Revoker(host string) string {
+	who := strconv.Itoa(os.Getuid())
+	if u, err := user.LookupId(who); err == nil {
+		who = u.Username
+	}
+	return fmt.Sprintf("pid %d (%s) on %s", os.Getpid(), Printable(who), Printable(host))
 }

@@ -136,6 +136,7 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	a := &acquirer{s: s, key: key, claim: claim}
 	l, h, err := a.acquire(ctx)
 	if l != nil {
+		s.historyStarted(ctx, l)
 		return l, nil, nil
 	}
 	if a.id != 0 {

@@ -100,9 +100,17 @@ func (s *Store) List(ctx context.Context) ([]store.Status, error) {
 		return nil, s.fail("list keys", err)
 	}
 	byName := map[string][]*mvccpb.KeyValue{}
+	kept := map[string]bool{} // free keys with a history (history.go), listed as the file backend lists them
 	for _, kv := range resp.Kvs {
 		if name, ok := lockName(kv); ok {
 			byName[name] = append(byName[name], kv)
+		} else if rest, ok := strings.CutPrefix(string(kv.Key), side+"history/"); ok {
+			if i := strings.LastIndexByte(rest, '#'); i > 0 && !kept[rest[:i]] {
+				kept[rest[:i]] = true
+				if _, seen := byName[rest[:i]]; !seen {
+					byName[rest[:i]] = nil
+				}
+			}
 		} else if rest, ok := strings.CutPrefix(string(kv.Key), side+"leftovers/"); ok {
 			// A free key whose dead holder left a tree is listed too.
 			if i := strings.LastIndexByte(rest, '/'); i > 0 {
@@ -122,7 +130,7 @@ func (s *Store) List(ctx context.Context) ([]store.Status, error) {
 		st, err := s.status(ctx, n, byName[n])
 		if err != nil {
 			st = &store.Status{Key: n, State: store.Corrupt, Waiters: []store.Holder{}, Err: err}
-		} else if byName[n] == nil && len(st.Leftovers) == 0 {
+		} else if byName[n] == nil && len(st.Leftovers) == 0 && !kept[n] {
 			// Only records status leaves out (another host's queued
 			// ones): free, as a key never used, which has no row.
 			continue
@@ -165,6 +173,9 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	}
 	if err != nil {
 		return false, s.fail("revoke "+string(h.Key), err)
+	}
+	if err := s.historyRevoked(ctx, key, h.CreateRevision); err != nil {
+		s.log.Warn("could not write the revocation to the key's history", "key", key, "error", err)
 	}
 	s.log.Info("revoked", "key", key, "holder", string(h.Key), "fence", h.CreateRevision)
 	return true, nil

@@ -20,6 +20,9 @@ import (
 // Lease is a held lease on etcd: an etcd lease and the contender key on it
 // that has the lowest create revision under the key's prefix.
 type Lease struct {
+	endMu  sync.Mutex
+	ending *store.Ending // how the holding ended (Ended), written with the release
+
 	s         *Store
 	key       string
 	myKey     string
@@ -343,16 +346,23 @@ func (l *Lease) release(ctx context.Context, id string) error {
 	}
 	l.stopWatch()
 	own := clientv3.OpDelete(leftoverKey(l.key, l.id))
-	dels := []clientv3.Op{clientv3.OpDelete(l.myKey), clientv3.OpDelete(descKey(l.id)), clientv3.OpDelete(cancelKey(l.id)), own}
+	end := l.endPut() // the holding's end, in the history (history.go)
+	dels := []clientv3.Op{clientv3.OpDelete(l.myKey), clientv3.OpDelete(descKey(l.id)), clientv3.OpDelete(cancelKey(l.id)), own, end}
 	var err error
 	if id != "" {
 		err = l.releaseDone(ctx, id, dels, own)
 	} else {
 		octx, cancel := l.s.op(ctx)
-		_, err = l.s.c.Txn(octx).If(l.mine()).Then(dels...).Else(own).Commit()
+		var resp *clientv3.TxnResponse
+		resp, err = l.s.c.Txn(octx).If(l.mine()).Then(dels...).Else(own).Commit()
 		cancel()
 		if err != nil {
 			err = l.s.fail("release "+l.myKey, err)
+		} else if !resp.Succeeded {
+			// Lost before the release: its end, unless a revoker wrote one.
+			if herr := l.s.endUnlessEnded(ctx, historyKey(l.key, l.rev), end); herr != nil {
+				l.s.log.Warn("could not write the end of the holding to the key's history", "key", l.key, "error", herr)
+			}
 		}
 	}
 	// A call of its own: a transaction that ran out of time leaves the

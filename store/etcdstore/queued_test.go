@@ -268,6 +268,11 @@ func TestQueuedRecordOfAnotherHost(t *testing.T) {
 	if st, err := s.Status(t.Context(), "oh"); err != nil || len(st.Leftovers) != 0 {
 		t.Errorf("status with another host's queued record alone: %+v, %v; want no leftovers", st, err)
 	}
+	// The key's history (one holding, above) would list it, as a key once
+	// used: without it, it is as a key never used.
+	if _, err := s.ForgetHistory(t.Context(), "oh"); err != nil {
+		t.Fatal(err)
+	}
 	all, err := s.List(t.Context())
 	if err != nil {
 		t.Fatal(err)

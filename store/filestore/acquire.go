@@ -420,6 +420,13 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 	}
 	left := a.leaveInBackground()
 	a.clearAfter(rec)
+	if rec.Holder != nil && !rec.Revoked {
+		// A holder that died holding: its holding ends here, how unknown
+		// (history.go); a revoked one's end is the revoker's.
+		if err := historyEnded(a.kd, rec.Holder, rec.Fence, time.Time{}, store.Ending{How: store.EndUnknown}); err != nil {
+			a.s.log.Warn("could not write the dead holder's holding to the key's history", "key", a.key, "error", err)
+		}
+	}
 	pred := rec.Predecessor
 	if rec.Holder != nil {
 		pred = rec.Holder // live was free: its holder died holding the lease

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -182,6 +183,9 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 			return false, err
 		}
 		poke(kd, rec.Holder.Notify, s.log)
+		if err := historyEnded(kd, rec.Holder, rec.Fence, s.now().UTC(), store.Ending{How: store.EndRevoked, By: store.Revoker(s.host)}); err != nil {
+			s.log.Warn("could not write the revocation to the key's history", "key", key, "error", err)
+		}
 		s.log.Info("revoked", "key", key, "fence", rec.Fence, "pid", rec.Holder.PID)
 		return true, nil
 	case rec.Revoked && rec.Holder != nil:
@@ -513,6 +517,11 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 	free := record{Fence: rec.Fence, Version: rec.Version + 1, Predecessor: rec.Holder, Leftovers: rec.Leftovers}
 	if err := writeRecord(kd, cur, &free); err != nil {
 		return out, err
+	}
+	if !rec.Revoked {
+		if err := historyEnded(kd, rec.Holder, rec.Fence, time.Time{}, store.Ending{How: store.EndUnknown}); err != nil {
+			s.log.Warn("could not write the dead holder's holding to the key's history", "key", key, "error", err)
+		}
 	}
 	out = append(out, store.Pruned{Key: key, What: "expired lease", Path: kd.Join(leaseFile)})
 	return out, nil

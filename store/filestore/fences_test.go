@@ -228,6 +228,11 @@ func TestFencesSurvivePruneAndRepair(t *testing.T) {
 		last = takeFence(t, s, "k")
 	}
 	kdPath := filepath.Join(s.Root(), "keys", encodeKey("k"))
+	// The history keeps a key's directory through Prune; prune --history
+	// drops it first.
+	if _, err := s.ForgetHistory(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Prune(context.Background()); err != nil {
 		t.Fatal(err)
 	}

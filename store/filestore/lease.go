@@ -35,6 +35,9 @@ type Lease struct {
 	unwatch chan struct{}   // stops watchPath
 	left    chan struct{}   // closed once our queue entry is removed (take)
 
+	endMu  sync.Mutex
+	ending *store.Ending // how the holding ended (Ended), written with the release
+
 	mu       sync.Mutex // one operation at a time; guards the fields below
 	kd       dir
 	live     int
@@ -373,6 +376,23 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 // it left to stop. Releasing a lost lease only drops the lock.
 func (l *Lease) Release(ctx context.Context) error { return l.release(ctx, "") }
 
+// Ended keeps how the holding ended for the release to write (history.go).
+func (l *Lease) Ended(e store.Ending) {
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	l.ending = &e
+}
+
+// ended is how the holding ended, as Ended said, else released.
+func (l *Lease) ended() store.Ending {
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	if l.ending == nil {
+		return store.Ending{How: store.EndReleased}
+	}
+	return *l.ending
+}
+
 // release is Release, and with id not empty ReleaseDone: the mark goes
 // first, under the same guard (once.go).
 func (l *Lease) release(ctx context.Context, id string) error {
@@ -413,6 +433,11 @@ func (l *Lease) release(ctx context.Context, id string) error {
 		// Leftovers not confirmed stopped stay for the next holder.
 		free := record{Fence: rec.Fence, Version: rec.Version + 1, Leftovers: rec.Leftovers}
 		werr = writeRecord(l.kd, cur, &free)
+		if rec.Token == l.token { // a revoked holding's end is the revoker's (history.go)
+			if herr := historyEnded(l.kd, rec.Holder, l.fence, l.s.now().UTC(), l.ended()); herr != nil {
+				l.s.log.Warn("could not write the holding to the key's history", "key", l.key, "error", herr)
+			}
+		}
 		if err := unix.Unlinkat(l.kd.FD, cancelFile, 0); err != nil && err != unix.ENOENT {
 			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.Join(cancelFile), "error", err)
 		}

@@ -35,21 +35,39 @@ type doneList struct {
 
 // readDone reads kd's done IDs; none when the file is missing.
 func readDone(kd dir) ([]store.Done, error) {
-	data, err := kd.ReadFile(doneFile)
+	var l doneList
+	err := readJSONFile(kd, doneFile, &l, &l.Schema)
+	return l.Done, err
+}
+
+// readJSONFile reads name in kd into v, whose schema version is *schema
+// once parsed; a missing file leaves v as it was. A file that does not
+// parse, or of another version, is corrupt.
+func readJSONFile(kd dir, name string, v any, schema *int) error {
+	data, err := kd.ReadFile(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var l doneList
-	if err := json.Unmarshal(data, &l); err != nil {
-		return nil, fmt.Errorf("%w: %s: %s", store.ErrCorrupt, kd.Join(doneFile), statefs.JSONProblem(err))
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: %s: %s", store.ErrCorrupt, kd.Join(name), statefs.JSONProblem(err))
 	}
-	if l.Schema != schemaVersion {
-		return nil, fmt.Errorf("%w: %s has schema version %d; this fencerun reads version %d", store.ErrCorrupt, kd.Join(doneFile), l.Schema, schemaVersion)
+	if *schema != schemaVersion {
+		return fmt.Errorf("%w: %s has schema version %d; this fencerun reads version %d", store.ErrCorrupt, kd.Join(name), *schema, schemaVersion)
 	}
-	return l.Done, nil
+	return nil
+}
+
+// writeJSONFile replaces name in kd with v as JSON, atomically (B5).
+func writeJSONFile(kd dir, name string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("filestore: %s: %w", kd.Join(name), err) // plain data: cannot fail
+	}
+	_, err = kd.WriteAtomic(name, append(data, '\n'), statefs.WriteOpts{})
+	return err
 }
 
 // writeDone replaces kd's done IDs with done (none: the file is removed);
@@ -61,12 +79,7 @@ func writeDone(kd dir, done []store.Done) error {
 		}
 		return nil
 	}
-	data, err := json.Marshal(doneList{Schema: schemaVersion, Done: done})
-	if err != nil {
-		return fmt.Errorf("filestore: %s: %w", kd.Join(doneFile), err) // plain data: cannot fail
-	}
-	_, err = kd.WriteAtomic(doneFile, append(data, '\n'), statefs.WriteOpts{})
-	return err
+	return writeJSONFile(kd, doneFile, doneList{Schema: schemaVersion, Done: done})
 }
 
 // Done reads key's done IDs (see store.Store), without the guard: the

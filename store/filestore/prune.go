@@ -38,6 +38,8 @@ func (s *Store) removeFree(key string, kd dir) (bool, error) {
 			if !unixsock.RemoveStale(kd.FD, kd.Path, name) {
 				return false, nil // a live run awaits a mark here
 			}
+		case isHistoryName(name):
+			return false, nil // its history is kept (N2), until prune --history
 		default:
 			s.log.Debug("keeping a key directory with a name that is not ours", "path", kd.Join(name))
 			return false, nil

@@ -67,6 +67,9 @@ func Run(t *testing.T, b Backend) {
 		{"OnceReopen", testOnceReopen},
 		{"OncePruneKeeps", testOncePruneKeeps},
 		{"OnceAwaitDone", testOnceAwaitDone},
+		{"HistoryKeepsEveryHolding", testHistoryKeepsEveryHolding},
+		{"HistoryBound", testHistoryBound},
+		{"HistoryPruneKeepsForget", testHistoryPruneKeepsForget},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {

@@ -153,6 +153,7 @@ func waitLetGo(what string, fence uint64, wait duration.Wait, status func() (*st
 type PruneCmd struct {
 	JSON       bool   `name:"json" help:"Print what was removed as a JSON array."`
 	ForgetHost string `placeholder:"HOST" help:"etcd: instead of pruning, drop the leftover records of HOST, a host gone for good (nothing it ran can run any more); those of its live contenders stay."`
+	History    bool   `help:"Also drop the history of every free key (fencerun history); without it, histories are kept."`
 }
 
 // hostForgetter is a backend that keeps other hosts' records (etcd).
@@ -199,12 +200,7 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	default:
 		defer backend.Close()
-		if removed, err = backend.Prune(ctx); err != nil {
-			return fail(exitFailed, "%v", err)
-		}
-		stopped, err := pruneLeftovers(ctx, backend, g)
-		removed = append(removed, stopped...)
-		if err != nil {
+		if removed, err = c.prune(ctx, backend, g); err != nil {
 			return err
 		}
 	}
@@ -232,6 +228,59 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Println()
 	}
 	return nil
+}
+
+// prune prunes backend; with --history it drops the free keys' histories
+// first, so that their directories go too, and again after the leftovers
+// were stopped, so that prune's own takeovers leave no holding.
+func (c *PruneCmd) prune(ctx context.Context, backend store.Store, g *Globals) ([]store.Pruned, error) {
+	var removed []store.Pruned
+	if c.History {
+		forgot, err := forgetHistories(ctx, backend)
+		if err != nil {
+			return forgot, fail(exitFailed, "%v", err)
+		}
+		removed = forgot
+	}
+	pruned, err := backend.Prune(ctx)
+	removed = append(removed, pruned...)
+	if err != nil {
+		return removed, fail(exitFailed, "%v", err)
+	}
+	stopped, err := pruneLeftovers(ctx, backend, g)
+	removed = append(removed, stopped...)
+	if err != nil {
+		return removed, err
+	}
+	if c.History && len(stopped) > 0 {
+		if _, err := forgetHistories(ctx, backend); err != nil {
+			return removed, fail(exitFailed, "%v", err)
+		}
+	}
+	return removed, nil
+}
+
+// forgetHistories drops the history of every free key (prune --history);
+// the store refuses a key held meanwhile.
+func forgetHistories(ctx context.Context, backend store.Store) ([]store.Pruned, error) {
+	all, err := backend.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Pruned
+	for _, st := range all {
+		if st.Holder != nil || len(st.Waiters) > 0 || st.Key == "" {
+			continue
+		}
+		dropped, err := backend.ForgetHistory(ctx, st.Key)
+		if err != nil {
+			return out, err
+		}
+		if dropped {
+			out = append(out, store.Pruned{Key: st.Key, What: "history"})
+		}
+	}
+	return out, nil
 }
 
 // pruneLeftovers stops what dead holders left running on free keys, as

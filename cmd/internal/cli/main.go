@@ -57,6 +57,7 @@ type CLI struct {
 	Help       HelpCmd       `cmd:"" help:"Show the help of fencerun or of one command."`
 	Init       InitCmd       `cmd:"" help:"Create a store shared by a group: fencerun init --group G DIR."`
 	Metrics    MetricsCmd    `cmd:"" help:"Print the Prometheus text exposition of every key and resident store (N3)."`
+	History    HistoryCmd    `cmd:"" help:"Show each holding of a key: fence, holder, start, end, how it ended."`
 	Completion CompletionCmd `cmd:"" help:"Print a completion script for bash, zsh or fish."`
 	Man        ManCmd        `cmd:"" hidden:"" help:"Print the manual page fencerun(1) in roff (just man writes docs/fencerun.1)."`
 	OnceReset  OnceResetCmd  `cmd:"" name:"once-reset" help:"Reopen a done --once ID (--force): the next run for it runs its command again."`

@@ -24,7 +24,7 @@ func (MetricsCmd) Help() string {
 
   fencerun metrics > /var/lib/node_exporter/textfile/fencerun.prom.tmp && mv /var/lib/node_exporter/textfile/fencerun.prom.tmp /var/lib/node_exporter/textfile/fencerun.prom
 
-Every family is a gauge labelled key="KEY" (fencerun_key_*) or store="PATH" (fencerun_resident_*): held (1 or 0), holders, waiters, fence (while held), held_seconds, leftover_processes (of a dead holder, on this host), corrupt; residents add stuck and last_tick_age_seconds.`
+Every family is a gauge labelled key="KEY" (fencerun_key_*) or store="PATH" (fencerun_resident_*): held (1 or 0), holders, waiters, fence (while held), held_seconds, leftover_processes (of a dead holder, on this host), corrupt, last_exit_status (of the last holding whose command ended by itself, from the history); residents add stuck and last_tick_age_seconds.`
 }
 
 // Validate checks that PREFIX could start a key (B1's characters).
@@ -39,7 +39,7 @@ func (m *MetricsCmd) Validate() error {
 func (m *MetricsCmd) Run(ctx context.Context, g *Globals) error {
 	views, err := gather(ctx, g, func(st store.Status) bool {
 		return st.Store != "" || strings.HasPrefix(st.Key, m.Prefix)
-	})
+	}, true)
 	if err != nil {
 		return err
 	}
@@ -84,6 +84,13 @@ var families = []family{
 		}},
 	{name: "corrupt", help: "1 when its state cannot be read (status names the file), else 0.",
 		value: func(v statusView, _ time.Time) (float64, bool) { return one(v.State == store.Corrupt), true }},
+	{name: "last_exit_status", help: "The exit status of the last holding whose command ended by itself (128+N for signal N), from the key's history.",
+		value: func(v statusView, _ time.Time) (float64, bool) {
+			if v.lastExit == nil {
+				return 0, false
+			}
+			return float64(*v.lastExit), true
+		}},
 	{name: "stuck", help: "1 when the resident ticked and then stopped ticking for --stuck-after, else 0.", resident: true,
 		value: func(v statusView, _ time.Time) (float64, bool) { return one(v.State == store.Stuck), true }},
 	{name: "last_tick_age_seconds", help: "Seconds since the resident's last tick, when it ticked.", resident: true,

@@ -44,6 +44,7 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		st      *store.Status
 		done    []store.Done
 		doneErr error
+		used    = true // a holding or done ID is known
 	)
 	if s.Resident != "" {
 		var err error
@@ -57,12 +58,17 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		case errors.As(err, &missing):
 			missing.note(g.log)
 			st, err = &store.Status{Key: s.Key, State: store.Free, Waiters: []store.Holder{}}, nil
+			used = false
 		case err != nil:
 			return err
 		default:
 			defer backend.Close()
 			st, err = backend.Status(ctx, s.Key)
 			done, doneErr = backend.Done(ctx, s.Key)
+			if err == nil && st.State == store.Free && len(done) == 0 {
+				hs, herr := backend.History(ctx, s.Key)
+				used = herr != nil || len(hs) > 0
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, store.ErrCorrupt) && !errors.Is(err, store.ErrUnsafe) {
@@ -73,6 +79,9 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	v := view(*st)
 	v.Done = done
+	// Free, and no holding recorded (N2): "never used", rc 0 as any free
+	// key (--exit-code: 3).
+	v.NeverUsed = !used && st.State == store.Free && st.Holder == nil && len(st.Waiters) == 0 && v.Leftovers == nil
 	if s.JSON {
 		if err := writeJSON(os.Stdout, v); err != nil {
 			return err
@@ -119,7 +128,7 @@ func (l *ListCmd) shows(st store.Status) bool {
 
 // Run lists every key.
 func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
-	views, err := gather(ctx, g, l.shows)
+	views, err := gather(ctx, g, l.shows, false)
 	if err != nil {
 		return err
 	}
@@ -165,8 +174,9 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 
 // gather reads every key of the store and every resident role the state
 // root has seen, as shown, those that shows passes: list's and metrics'
-// rows. A missing state root is an empty result with a note.
-func gather(ctx context.Context, g *Globals, shows func(store.Status) bool) ([]statusView, error) {
+// rows, with lastExits each key's last exit status from its history. A
+// missing state root is an empty result with a note.
+func gather(ctx context.Context, g *Globals, shows func(store.Status) bool, lastExits bool) ([]statusView, error) {
 	var all []store.Status
 	backend, err := g.openStore(false)
 	var missing *noState
@@ -186,6 +196,11 @@ func gather(ctx context.Context, g *Globals, shows func(store.Status) bool) ([]s
 	views := make([]statusView, len(all))
 	for i, st := range all {
 		views[i] = view(st)
+		if lastExits && st.Key != "" {
+			if hs, err := backend.History(ctx, st.Key); err == nil {
+				views[i].lastExit = lastExitStatus(hs)
+			}
+		}
 	}
 	return views, nil
 }
@@ -199,6 +214,11 @@ type statusView struct {
 	Leftovers *leftoversView `json:"leftovers,omitempty"`
 	// Done is a key's done --once IDs, newest first (status only).
 	Done []store.Done `json:"done,omitempty"`
+	// NeverUsed: free, with no holding in its history (status only).
+	NeverUsed bool `json:"never_used,omitempty"`
+	// lastExit is the exit status of the last holding whose command ended
+	// by itself (metrics only).
+	lastExit *int
 }
 
 // waiterView is a waiter as JSON shows it: queued since, never "acquired".
@@ -272,7 +292,11 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 	} else {
 		fmt.Fprintf(tw, "key:\t%s\n", st.Key)
 	}
-	fmt.Fprintf(tw, "state:\t%s\n", st.State)
+	if v.NeverUsed {
+		fmt.Fprintf(tw, "state:\t%s (never used)\n", st.State)
+	} else {
+		fmt.Fprintf(tw, "state:\t%s\n", st.State)
+	}
 	if st.Err != nil {
 		fmt.Fprintf(tw, "error:\t%s\n", store.Printable(st.Err.Error()))
 	}
