@@ -12,8 +12,10 @@
 //     '@', a name in the abstract namespace. The kernel stamps the
 //     datagram with the sender's credentials (SCM_CREDENTIALS, the
 //     receiver's SO_PASSCRED): its pid is this process's. Send never
-//     blocks for longer than SendWait: a service manager that does not
-//     read its socket loses the message, not fencerun's time.
+//     blocks: one send, MSG_DONTWAIT, so that a service manager that does
+//     not read its socket loses the message, not fencerun's time (and no
+//     deadline that a process descheduled on a loaded machine would find
+//     passed before it tried).
 //   - A Listener returns each datagram with the pid the kernel stamped on
 //     it, never one the sender claimed: a datagram without credentials,
 //     or one cut short (longer than MaxMessage, or with more ancillary
@@ -51,10 +53,6 @@ import (
 // bound (NOTIFY_BUFFER_MAX, PIPE_BUF).
 const MaxMessage = 4096
 
-// SendWait bounds how long Send waits for room in the service manager's
-// socket.
-const SendWait = 250 * time.Millisecond
-
 // ErrAddress: NOTIFY_SOCKET names no socket this package can reach.
 var ErrAddress = errors.New("sdnotify: unsupported NOTIFY_SOCKET")
 
@@ -70,11 +68,19 @@ func Send(addr, state string) error {
 		return fmt.Errorf("sdnotify: %w", err)
 	}
 	defer c.Close()
-	if err := c.SetWriteDeadline(time.Now().Add(SendWait)); err != nil {
+	raw, err := c.SyscallConn()
+	if err != nil {
 		return fmt.Errorf("sdnotify: %w", err)
 	}
-	if _, err := c.Write([]byte(state)); err != nil {
+	var serr error
+	if err := raw.Write(func(fd uintptr) bool {
+		_, serr = unix.SendmsgN(int(fd), []byte(state), nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		return true // one try: never wait for room
+	}); err != nil {
 		return fmt.Errorf("sdnotify: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("sdnotify: send to %s: %w", addr, serr)
 	}
 	return nil
 }
