@@ -21,7 +21,14 @@
 // empty. Start makes it, once the caller holds the lease it is recorded
 // in, just before the command starts: a run that waits or dies before its
 // start leaves no cgroup, and one whose wrapper dies later leaves it named
-// in its lease's record, for the next holder's StopTrees.
+// in its lease's record, for the next holder's StopTrees. The tree is the
+// cgroup alone: a process that root moves out of it (systemd-run --scope,
+// a container runtime) is no longer the command's, and no /proc is read to
+// find one.
+//
+// Signals: Catch is this process's one signal subscription, for good: the
+// caller's, SIGCHLD, SIGPIPE (dropped) and the job signals, which go to the
+// running command's Process, or with none stop this process as by default.
 //
 // Without one, the command's tree is found among the descendants of this
 // process: the command's process group; the processes reparented to this
