@@ -20,11 +20,18 @@ type MetricsCmd struct {
 
 // Help says what the exposition holds and how to feed it to Prometheus.
 func (MetricsCmd) Help() string {
-	return `Print the Prometheus text exposition format for every key and every resident store the state root has seen, from what list reads: for node_exporter's textfile collector, from cron:
-
-  fencerun metrics > /var/lib/node_exporter/textfile/fencerun.prom.tmp && mv /var/lib/node_exporter/textfile/fencerun.prom.tmp /var/lib/node_exporter/textfile/fencerun.prom
+	return `Print the Prometheus text exposition format for every key and every resident store the state root has seen, from what list reads, for node_exporter's textfile collector (write it to a temporary name and rename it, as the example does, so the collector never reads half a file).
 
 Every family is a gauge labelled key="KEY" (fencerun_key_*) or store="PATH" (fencerun_resident_*): held (1 or 0), holders, waiters, fence (while held), held_seconds, leftover_processes (of a dead holder, on this host), corrupt, last_exit_status (of the last holding whose command ended by itself, from the history); residents add stuck and last_tick_age_seconds.`
+}
+
+// Examples of metrics.
+func (MetricsCmd) Examples() string {
+	return `  fencerun metrics
+  fencerun metrics deploy:
+  # cron, every minute, for node_exporter --collector.textfile.directory=/var/lib/node_exporter/textfile
+  * * * * * fencerun metrics > /var/lib/node_exporter/textfile/fencerun.prom.$$ && mv /var/lib/node_exporter/textfile/fencerun.prom.$$ /var/lib/node_exporter/textfile/fencerun.prom
+`
 }
 
 // Validate checks that PREFIX could start a key (B1's characters).
