@@ -41,6 +41,9 @@ func TestEtcdFailoverAcrossHosts(t *testing.T) {
 	if chaosEtcd() {
 		tools = append(tools, "etcdctl")
 	}
+	if t := os.Getenv("FENCERUN_CHAOS_ETCD_TOOLS"); t != "" {
+		tools = strings.Split(t, ",")
+	}
 	var table []string
 	for _, tool := range tools {
 		for _, f := range []fault{linkDown, dropAll} {
@@ -217,18 +220,21 @@ func (r *labRun) waitExit(who string, d time.Duration) int {
 	}
 }
 
-// waitWitness waits up to d for a line of who with what.
-func (r *labRun) waitWitness(who, what string, d time.Duration) bool {
+// waitWitness waits up to d for who's command to start: a line "start"
+// or, when the resource was taken, "overlap".
+func (r *labRun) waitWitness(who string, d time.Duration) bool {
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	for {
 		for _, w := range readLabWitness(r.t, r.dir) {
-			if w.who == who && w.what == what {
+			if w.who == who && (w.what == "start" || w.what == "overlap") {
 				return true
 			}
 		}
+		if time.Now().After(deadline) {
+			return false
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return false
 }
 
 // waitContenders waits until key "fo" has n contenders.
@@ -264,7 +270,7 @@ func runFailover(t *testing.T, l *netlab, tool string, f fault, ttl, n int) (res
 	defer r.finish()
 	defer l.heal(f, 0)
 	r.start(0, tool, ttl, "h")
-	if !r.waitWitness("h", "start", guard) {
+	if !r.waitWitness("h", guard) {
 		res.Why = "the holder never started\n" + r.logs("h")
 		return res
 	}
@@ -277,7 +283,7 @@ func runFailover(t *testing.T, l *netlab, tool string, f fault, ttl, n int) (res
 	cutAt := time.Now()
 	l.cut(f, 0)
 	termGuard := time.Duration(ttl)*time.Second + 30*time.Second
-	if !r.waitWitness("w", "start", termGuard) && !r.waitWitness("w", "overlap", 0) {
+	if !r.waitWitness("w", termGuard) {
 		res.Why = fmt.Sprintf("the waiter did not start within %v of the cut\n%s", termGuard, r.logs("h", "w"))
 		res.OldExit = r.exited("h")
 		return res
@@ -325,7 +331,7 @@ func runElection(t *testing.T, l *netlab, tool string, f fault, ttl, n int) (res
 	r := newLabRun(t, l)
 	defer r.finish()
 	r.start(0, tool, ttl, "h")
-	if !r.waitWitness("h", "start", guard) {
+	if !r.waitWitness("h", guard) {
 		res.Why = "the holder never started\n" + r.logs("h")
 		return res
 	}
