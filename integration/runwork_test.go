@@ -26,9 +26,10 @@ import (
 //     program that forks `true` makes 333-419 (bench/floor), one that also
 //     subscribes 13 signals 505, a round trip to the runtime's signal-mask
 //     thread each;
-//   - openat: 31 of the wrapper (17 of them the file backend's, which
-//     opens the lease five times and the guard three), 5 of them the Go
-//     runtime's own at start;
+//   - openat: 33 of the wrapper, 19 of them the file backend's (it opens
+//     the lease five times, the guard three, the queue directory twice,
+//     and the history file twice at the release), 5 the Go runtime's own
+//     at start;
 //   - threads: a Go program with a signal.Notify and a child runs 7 to 9
 //     (its signal-mask thread, signal receiver, template thread, sysmon),
 //     4 to 5 without; maxRunThreads guards against a thread per waiting
