@@ -61,6 +61,12 @@
 //     down; with none, the newest queued one); LeftoversStopped deletes only
 //     the records of this host, so no host "stops" another host's
 //     processes. The records of live contenders are not leftovers.
+//   - S9: anyone who may write the cluster can put a leftover record, so
+//     a record of this host directs signals only at a tree whose tick
+//     socket its run bound to that very record (a file beside the socket
+//     in the user's private $TMPDIR/fencerun-ticks-UID naming the record's
+//     key: ticks.go); a forged one directs nothing. Runs share that one
+//     directory and clear dead runs' sockets from it as they start.
 //
 // What it does not guarantee:
 //
