@@ -62,6 +62,7 @@ type notifier struct {
 	held   string      // the STATUS once held
 	ended  chan string // what fencerun says when it stops the command
 	done   chan struct{}
+	failed bool // a send failed: said once, not at every watchdog feed
 }
 
 func newNotifier(cfg *Config, cmd *command, keeper *fence.Keeper, key string, fence uint64, log hclog.Logger) *notifier {
@@ -188,8 +189,9 @@ func (n *notifier) renewed() bool {
 }
 
 func (n *notifier) send(state string) {
-	if err := n.cfg.Send(state); err != nil {
-		n.log.Warn("could not notify the service manager", "error", err)
+	if err := n.cfg.Send(state); err != nil && !n.failed {
+		n.failed = true
+		n.log.Warn("could not notify the service manager (said once)", "error", err)
 	}
 }
 
