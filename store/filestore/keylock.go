@@ -26,8 +26,11 @@ var errMoved = errors.New("filestore: key directory was removed or replaced")
 // still the key's after the lock is taken; a directory removed meanwhile
 // is opened again.
 func (s *Store) lockKey(ctx context.Context, key string, create bool, how int, op string, giveUp context.CancelCauseFunc) (dir, int, error) {
-	for {
+	for tries := 0; ; tries++ {
 		kd, err := s.keyDir(key, create)
+		if create && errors.Is(err, fs.ErrNotExist) && tries < 10 {
+			continue // made, then removed by a prune before it was opened
+		}
 		if err != nil {
 			return kd, -1, err
 		}
