@@ -186,7 +186,11 @@ func (l *netlab) waitMember(h *labHost) {
 		return err == nil
 	})
 	if err != nil {
-		l.t.Fatalf("member %s never answered", h.name)
+		log, _ := os.ReadFile(filepath.Join(l.dir, fmt.Sprintf("%s-%d.log", h.name, l.run)))
+		if len(log) > 3000 {
+			log = log[len(log)-3000:]
+		}
+		l.t.Fatalf("member %s never answered:\n%s", h.name, log)
 	}
 }
 
