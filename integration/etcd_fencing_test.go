@@ -71,3 +71,40 @@ func TestEtcdReleaseOfEtcdctlHolderSaysItRunsOn(t *testing.T) {
 		t.Errorf("release --force of an etcdctl holder said:\n%s", out)
 	}
 }
+
+// E10: a waiter's interruption line names the holder as it is when the
+// waiter is interrupted, not as the waiter first saw it: the holder it
+// queued behind ("first") let go to the waiter ahead ("second") while it
+// waited, and the line names "second". Logged at info, so the waiter's
+// first look happens, and by default level, where it does not.
+func TestEtcdInterruptedWaiterNamesTheHolderAfresh(t *testing.T) {
+	for _, level := range []string{"info", "warn"} {
+		t.Run(level, func(t *testing.T) {
+			t.Parallel()
+			c := etcdtest.Start(t, etcdtest.Options{})
+			eps, cl := c.Endpoints(), c.Client()
+			dir := t.TempDir()
+			first := onEtcd(t, eps, "run", "--key", "fresh", "--name", "first", "--", "sh", "-c", holderScript, "sh", dir, "first")
+			startLogged(t, first, dir, "first")
+			waitFile(t, filepath.Join(dir, "first.started"))
+			second := onEtcd(t, eps, "run", "--key", "fresh", "--name", "second", "--", "sh", "-c", holderScript, "sh", dir, "second")
+			startLogged(t, second, dir, "second")
+			waitContenders(t, cl, "fresh", 2)
+			w := onEtcd(t, eps, "--log-level", level, "run", "--key", "fresh", "--name", "waiter", "--", "true")
+			w.Env = slices.DeleteFunc(w.Env, func(kv string) bool { return strings.HasPrefix(kv, "FENCERUN_LOG_LEVEL=") })
+			wlog := startLogged(t, w, dir, "waiter")
+			waitContenders(t, cl, "fresh", 3)
+			if err := os.WriteFile(filepath.Join(dir, "first.go"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			waitFile(t, filepath.Join(dir, "second.started"))
+			w.Process.Signal(os.Interrupt)
+			exitOf(t, w)
+			b, _ := os.ReadFile(wlog)
+			if !strings.Contains(string(b), "interrupted by SIGINT while waiting for fresh: held by second") {
+				t.Errorf("the interruption line does not name the holder now (second):\n%s", b)
+			}
+			os.WriteFile(filepath.Join(dir, "second.go"), nil, 0o600)
+		})
+	}
+}
