@@ -198,14 +198,11 @@ func FileKind(mode uint32) string {
 
 // ReadFile reads the regular file name in d whole.
 func (d Dir) ReadFile(name string) ([]byte, error) {
-	fd, err := d.OpenRaw(name, unix.O_RDONLY)
+	fd, err := d.OpenFile(name, unix.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	if _, err := d.CheckFile(fd, name); err != nil {
-		return nil, err
-	}
 	return ReadFD(fd, d.Join(name))
 }
 
