@@ -137,13 +137,14 @@ type Store interface {
 	// event of the store's (no polling) and never writes.
 	AwaitDone(ctx context.Context, key, id string) (*Done, error)
 
-	// History is the key's last holdings (N2), oldest first: at most
-	// MaxHistory, each with its holder, start and end, and how it ended.
+	// History is the key's last holdings (N2), oldest first: the newest
+	// limit of them (0: all kept, at most MaxHistory), each with its
+	// holder, start and end, and how it ended.
 	// A holding whose holder died before it wrote its end reads
 	// EndUnknown once a later holding started; the current one has no
 	// end. A key that has none, or no state at all, has an empty list. It
 	// never writes.
-	History(ctx context.Context, key string) ([]Holding, error)
+	History(ctx context.Context, key string, limit int) ([]Holding, error)
 
 	// ForgetHistory drops the history of key, which must be free (prune
 	// --history): a held key keeps it, and is reported false.

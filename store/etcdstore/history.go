@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -111,14 +112,17 @@ func (l *Lease) endPut() clientv3.Op {
 
 // History reads key's holdings (see store.Store), in one request with
 // its contenders, which tell the holdings still running.
-func (s *Store) History(ctx context.Context, key string) ([]store.Holding, error) {
+func (s *Store) History(ctx context.Context, key string, limit int) ([]store.Holding, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return nil, err
+	}
+	if limit <= 0 || limit > store.MaxHistory {
+		limit = store.MaxHistory
 	}
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.c.Txn(octx).Then(
-		clientv3.OpGet(historyPrefix(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
+		clientv3.OpGet(historyPrefix(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(limit))),
 		clientv3.OpGet(prefixOf(key), clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return nil, s.fail("history of "+key, err)
@@ -127,7 +131,9 @@ func (s *Store) History(ctx context.Context, key string) ([]store.Holding, error
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		running[uint64(kv.CreateRevision)] = true
 	}
-	return parseHistory(resp.Responses[0].GetResponseRange().Kvs, running)
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	slices.Reverse(kvs) // oldest first
+	return parseHistory(kvs, running)
 }
 
 func parseHistory(kvs []*mvccpb.KeyValue, running map[uint64]bool) ([]store.Holding, error) {

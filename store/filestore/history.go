@@ -76,19 +76,24 @@ func writeChunk(kd dir, name string, hs []store.Holding) error {
 	return writeJSONFile(kd, name, historyList{Schema: schemaVersion, Holdings: hs})
 }
 
-// readHistory reads kd's ended holdings, oldest first, the newest
-// MaxHistory of them.
-func readHistory(kd dir) ([]store.Holding, error) {
-	var all []store.Holding
-	for i := historyChunks - 1; i >= 0; i-- {
+// readHistory reads the newest limit (at most MaxHistory) of kd's ended
+// holdings, oldest first: only the chunks that hold them.
+func readHistory(kd dir, limit int) ([]store.Holding, error) {
+	var chunks [][]store.Holding // newest first
+	n := 0
+	for i := 0; i < historyChunks && n < limit; i++ {
 		hs, err := readChunk(kd, chunkName(i))
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, hs...)
+		chunks, n = append(chunks, hs), n+len(hs)
 	}
-	if len(all) > store.MaxHistory {
-		all = all[len(all)-store.MaxHistory:]
+	all := make([]store.Holding, 0, n)
+	for i := len(chunks) - 1; i >= 0; i-- {
+		all = append(all, chunks[i]...)
+	}
+	if len(all) > limit {
+		all = all[len(all)-limit:]
 	}
 	return all, nil
 }
@@ -133,7 +138,7 @@ func rotateHistory(kd dir) error {
 }
 
 // History reads key's holdings (see store.Store), under its guard shared.
-func (s *Store) History(ctx context.Context, key string) ([]store.Holding, error) {
+func (s *Store) History(ctx context.Context, key string, limit int) ([]store.Holding, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -155,7 +160,10 @@ func (s *Store) History(ctx context.Context, key string) ([]store.Holding, error
 	if g >= 0 {
 		defer unix.Close(g)
 	}
-	hs, err := readHistory(kd)
+	if limit <= 0 || limit > store.MaxHistory {
+		limit = store.MaxHistory
+	}
+	hs, err := readHistory(kd, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +175,7 @@ func (s *Store) History(ctx context.Context, key string) ([]store.Holding, error
 		return nil, err
 	case rec.held():
 		hs = append(hs, holdingOf(rec.Holder, rec.Fence))
-		if len(hs) > store.MaxHistory {
+		if len(hs) > limit {
 			hs = hs[1:]
 		}
 	}

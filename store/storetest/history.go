@@ -11,7 +11,7 @@ import (
 // history reads key's holdings.
 func history(t *testing.T, s store.Store, key string) []store.Holding {
 	t.Helper()
-	h, err := s.History(t.Context(), key)
+	h, err := s.History(t.Context(), key, 0)
 	if err != nil {
 		t.Fatalf("History(%q): %v", key, err)
 	}
@@ -120,6 +120,16 @@ func testHistoryBound(t *testing.T, b *Backend) {
 		if got[i].Fence <= got[i-1].Fence || got[i].Ending == nil || got[i].Ending.How != store.EndReleased {
 			t.Fatalf("holding %d: %+v after fence %d; want rising fences, each released", i, got[i], got[i-1].Fence)
 		}
+	}
+	// A limit reads the newest holdings only, the current one included.
+	l := acquire(t, s, "bound", b.claim("now"))
+	defer release(t, l)
+	last, err := s.History(t.Context(), "bound", 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(last) != 60 || last[0].Fence != fences[len(fences)-59] || last[59].Fence != l.Fence() || last[59].Ending != nil {
+		t.Fatalf("History(60) = %d holdings from fence %d; want the newest 59 ended ones from %d and the current one", len(last), last[0].Fence, fences[len(fences)-59])
 	}
 }
 

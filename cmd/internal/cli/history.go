@@ -70,7 +70,11 @@ func (h *HistoryCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	default:
 		defer backend.Close()
-		if hs, err = backend.History(ctx, h.Key); err != nil {
+		limit := h.Limit
+		if !h.since.IsZero() {
+			limit = 0 // --since filters by time: read them all
+		}
+		if hs, err = backend.History(ctx, h.Key, limit); err != nil {
 			return fail(exitFailed, "%v", err)
 		}
 	}
@@ -133,6 +137,11 @@ func endedText(e *store.Ending) string {
 	}
 	return string(e.How)
 }
+
+// lastExitLook is how many of a key's newest holdings metrics reads for
+// the last exit status: a history chunk's worth, not every key's whole
+// history.
+const lastExitLook = 50
 
 // lastExitStatus is the exit status of the last holding of hs whose
 // command ended by itself: its own, or 128+N for a signal N; nil if none.

@@ -66,7 +66,7 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 			st, err = backend.Status(ctx, s.Key)
 			done, doneErr = backend.Done(ctx, s.Key)
 			if err == nil && st.State == store.Free && len(done) == 0 {
-				hs, herr := backend.History(ctx, s.Key)
+				hs, herr := backend.History(ctx, s.Key, 1)
 				used = herr != nil || len(hs) > 0
 			}
 		}
@@ -197,7 +197,7 @@ func gather(ctx context.Context, g *Globals, shows func(store.Status) bool, last
 	for i, st := range all {
 		views[i] = view(st)
 		if lastExits && st.Key != "" {
-			if hs, err := backend.History(ctx, st.Key); err == nil {
+			if hs, err := backend.History(ctx, st.Key, lastExitLook); err == nil {
 				views[i].lastExit = lastExitStatus(hs)
 			}
 		}
