@@ -167,12 +167,11 @@ func (s *Store) History(ctx context.Context, key string, limit int) ([]store.Hol
 	if err != nil {
 		return nil, err
 	}
-	// The holding that lasts is the record's holder's.
+	// The holding that lasts is the record's holder's. A record that
+	// cannot be read (status says why) leaves the ended holdings to show.
 	rec, _, err := readRecord(kd)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return nil, err
 	case rec.held():
 		hs = append(hs, holdingOf(rec.Holder, rec.Fence))
 		if len(hs) > limit {
