@@ -109,6 +109,14 @@ func WriteSlotAt(fd int, path string, b []byte, off int64) error {
 // the file it named before, or none (docs/DESIGN.md, "Writes in place").
 // Errors name the path and the cause.
 func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) error {
+	return d.WriteSlottedFD(-1, name, cur, data, durable)
+}
+
+// WriteSlottedFD is WriteSlotted through fd, name open for writing (the
+// file cur was read from, under the same lock), which a write in place
+// then needs no open for; fd < 0 opens name. A file made whole is a new
+// file under the name, which fd is not: cur.InPlace(data) tells which.
+func (d Dir) WriteSlottedFD(fd int, name string, cur Slotted, data []byte, durable bool) error {
 	path := d.Join(name)
 	if !cur.InPlace(data) {
 		f, err := WholeSlots(data, cur.Seq+2)
@@ -118,11 +126,13 @@ func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) e
 		_, err = d.WriteAtomic(name, f, WriteOpts{Durable: true, DataOnly: !durable})
 		return err
 	}
-	fd, err := d.OpenFile(name, unix.O_WRONLY)
-	if err != nil {
-		return err
+	if fd < 0 {
+		var err error
+		if fd, err = d.OpenFile(name, unix.O_WRONLY); err != nil {
+			return err
+		}
+		defer unix.Close(fd)
 	}
-	defer unix.Close(fd)
 	off, b := cur.Next(data)
 	if err := WriteSlotAt(fd, path, b, off); err != nil {
 		return err

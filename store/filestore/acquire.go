@@ -100,7 +100,7 @@ type busy struct {
 func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, error) {
 	l, b, err := a.attempt(g)
 	if l != nil || err != nil || !a.claim.Wait {
-		unix.Close(g)
+		letGo(g, l)
 		return l, b.holder, err
 	}
 	err = a.enqueue()
@@ -151,8 +151,19 @@ func (a *acquirer) waitTurn(ctx context.Context, b busy) (*Lease, busy, error) {
 	if err != nil {
 		return nil, b, err
 	}
-	defer unix.Close(g)
-	return a.attempt(g)
+	l, b, err := a.attempt(g)
+	letGo(g, l)
+	return l, b, err
+}
+
+// letGo lets the guard g go after an attempt: the lease l, if it took
+// one, keeps g for its writes (keepGuard), unlocked; else it is closed.
+func letGo(g int, l *Lease) {
+	if l != nil && l.guard.fd == g {
+		unix.Flock(g, unix.LOCK_UN)
+		return
+	}
+	unix.Close(g)
 }
 
 // waitUnlocked returns once nobody holds flock(LOCK_EX) on name in d (or
@@ -175,10 +186,20 @@ func waitUnlocked(ctx context.Context, d dir, name string) error {
 // entries just ahead of ours (dead ones are removed on the way), never
 // the rest of the queue.
 func (a *acquirer) attempt(g int) (*Lease, busy, error) {
-	rec, cur, err := readRecord(a.kd)
+	rf, rec, cur, err := openRecord(a.kd)
 	if err != nil {
 		return nil, busy{}, err
 	}
+	l, b, err := a.attemptOn(g, rf, rec, cur)
+	if l == nil {
+		rf.close()
+	}
+	return l, b, err
+}
+
+// attemptOn is attempt with the record read, through rf, kept open for
+// the take.
+func (a *acquirer) attemptOn(g int, rf keptFile, rec record, cur statefs.Slotted) (*Lease, busy, error) {
 	if err := a.stillQueued(); err != nil {
 		return nil, busy{}, err
 	}
@@ -196,7 +217,7 @@ func (a *acquirer) attempt(g int) (*Lease, busy, error) {
 		return nil, busy{}, err
 	}
 	if free && next == nil {
-		return a.takeIfNotMoved(rec, cur, live, g)
+		return a.takeIfNotMoved(rec, cur, rf, live, g)
 	}
 	unix.Close(live) // and with it the lock, if we got it out of turn
 	b := busy{wait: a.kd, name: liveFile}
@@ -218,14 +239,14 @@ func (a *acquirer) attempt(g int) (*Lease, busy, error) {
 
 // takeIfNotMoved takes the lease (see take) unless a holder whose key
 // directory was moved away still runs: then it is in the way.
-func (a *acquirer) takeIfNotMoved(rec record, cur statefs.Slotted, live, g int) (*Lease, busy, error) {
+func (a *acquirer) takeIfNotMoved(rec record, cur statefs.Slotted, rf keptFile, live, g int) (*Lease, busy, error) {
 	c, moved, err := a.s.claim(a.key)
 	if err != nil {
 		unix.Close(live)
 		return nil, busy{}, err
 	}
 	if !moved {
-		l, err := a.take(rec, cur, live, c, g)
+		l, err := a.take(rec, cur, rf, live, c, g)
 		return l, busy{}, err
 	}
 	unix.Close(live)
@@ -315,6 +336,9 @@ func (a *acquirer) listQueue(rec record) error {
 // guard exclusively) or already served: every entry up to the holder's own
 // took its turn or left before the holder took its.
 func (a *acquirer) next(rec record) (*queued, error) {
+	if len(a.ahead) == 0 {
+		return nil, nil // nothing to read: the queue is not opened
+	}
 	var served uint64
 	if rec.Holder != nil {
 		served, _ = parseSeq(rec.Holder.Entry)
@@ -378,27 +402,26 @@ func (a *acquirer) lockedHere(live, g int) string {
 type taking struct {
 	live   int              // open and locked
 	claim  *unixsock.Claim  // our claim on the key (moved_linux.go)
-	guard  keptFile         // for the renewals, until the release
+	guard  keptFile         // for the renewals, until the release: the caller's g
 	notify *notify.Listener // listening before the record names it
 	token  string
 	term   store.Term // from before the record's expiry is stamped
 }
 
+// undo lets go of what t holds but the guard, which stays the caller's.
 func (t *taking) undo() {
 	if t.notify != nil {
 		t.notify.Close()
-	}
-	if t.guard.fd >= 0 {
-		t.guard.close()
 	}
 	t.claim.Release()
 	unix.Close(t.live)
 }
 
-// take writes the record that makes us the holder over rec (read as cur)
-// and returns the Lease. live is open and locked, c is our claim on the
-// key; the caller holds the guard, open as g.
-func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.Claim, g int) (*Lease, error) {
+// take writes the record that makes us the holder over rec (read as cur
+// through rf) and returns the Lease, which keeps rf, and g, the guard the
+// caller holds, for its writes: the caller then only unlocks g (letGo).
+// live is open and locked, c is our claim on the key.
+func (a *acquirer) take(rec record, cur statefs.Slotted, rf keptFile, live int, c *unixsock.Claim, g int) (*Lease, error) {
 	t := &taking{live: live, claim: c, guard: keptFile{fd: -1}}
 	next, err := a.prepare(t, rec, g)
 	if err != nil {
@@ -406,13 +429,17 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 		return nil, err
 	}
 	// The fence is durable in its reservation; the record need not be
-	// (internal/statefs): one write in place.
+	// (internal/statefs): one write in place, through rf.
 	data := next.marshal()
-	err = a.kd.WriteSlotted(leaseFile, cur, data, false)
-	var kept keptFile
-	if err == nil {
-		// Open for the renewals too, under the guard: the file we wrote.
+	kept := rf
+	err = a.kd.WriteSlottedFD(rf.fd, leaseFile, cur, data, false)
+	if err == nil && !cur.InPlace(data) {
+		// Made whole, a new file: open for the renewals too, under the
+		// guard, the file we wrote.
 		kept, err = keepFile(a.kd, leaseFile, unix.O_RDWR)
+		if err == nil {
+			rf.close()
+		}
 	}
 	if err != nil {
 		t.undo()
@@ -440,8 +467,7 @@ func (a *acquirer) take(rec record, cur statefs.Slotted, live int, c *unixsock.C
 }
 
 // prepare gets what the record will name, in t, and returns the record:
-// a token, the guard kept open (the file we hold locked, opened again by
-// its name), the socket listened on before the write (so that no
+// a token, the guard kept open (g, still the file named guard), the socket listened on before the write (so that no
 // revocation or cancel after the write can miss us), and the next fence.
 func (a *acquirer) prepare(t *taking, rec record, g int) (record, error) {
 	var err error

@@ -183,7 +183,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 			return false, err
 		}
 		poke(kd, rec.Holder.Notify, s.log)
-		if err := historyEnded(kd, rec.Holder, rec.Fence, s.now().UTC(), store.Ending{How: store.EndRevoked, By: store.Revoker(s.host)}); err != nil {
+		if err := historyEnded(kd, rec.Holder, rec.Fence, s.now(), store.Ending{How: store.EndRevoked, By: store.Revoker(s.host)}); err != nil {
 			s.log.Warn("could not write the revocation to the key's history", "key", key, "error", err)
 		}
 		s.log.Info("revoked", "key", key, "fence", rec.Fence, "pid", rec.Holder.PID)

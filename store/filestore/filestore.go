@@ -30,8 +30,9 @@ type Options struct {
 	// under the name "store".
 	Logger hclog.Logger
 	// Now is the wall clock for the acquired and expires times of records,
-	// and for telling expired leases; nil means time.Now. Liveness never
-	// depends on it: that is the kernel lock on live.
+	// and for telling expired leases; nil means time.Now. Its times are
+	// written in UTC. Liveness never depends on it: that is the kernel
+	// lock on live.
 	Now func() time.Time
 	// MustExist opens only an existing state root and creates nothing:
 	// a missing root (or one without a keys directory) is ErrNoState.
@@ -137,13 +138,17 @@ func Open(root string, opts Options) (*Store, error) {
 		rootDir.Close()
 		return nil, err
 	}
-	s := &Store{root: root, real: root, top: rootDir, keys: keys, now: opts.Now, log: opts.Logger, access: a}
+	s := &Store{root: root, real: root, top: rootDir, keys: keys, log: opts.Logger, access: a}
 	if real, err := filepath.EvalSymlinks(root); err == nil {
 		s.real = real
 	}
-	if s.now == nil {
-		s.now = time.Now
+	now := opts.Now
+	if now == nil {
+		now = time.Now
 	}
+	// Every time the store writes is in UTC: encoding one in the local
+	// zone loads /etc/localtime, an open and a read of every run (P1).
+	s.now = func() time.Time { return now().UTC() }
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
@@ -227,6 +232,35 @@ func (s *Store) keyNames() ([]string, error) {
 // fence 0.
 func readRecord(kd dir) (record, statefs.Slotted, error) {
 	f, err := kd.ReadSlotted(leaseFile)
+	return recordFrom(kd, f, err)
+}
+
+// openRecord opens the key's record for reading and writing, to keep,
+// and reads it through that descriptor, as readRecord reads it: a
+// missing file is a free record, and no descriptor (fd -1).
+func openRecord(kd dir) (keptFile, record, statefs.Slotted, error) {
+	f, err := keepFile(kd, leaseFile, unix.O_RDWR)
+	if errors.Is(err, fs.ErrNotExist) {
+		return f, record{Schema: schemaVersion}, statefs.Slotted{}, nil
+	}
+	if err != nil {
+		return f, record{}, statefs.Slotted{}, err
+	}
+	rec, cur, err := readRecordFD(kd, f.fd)
+	if err != nil {
+		f.close()
+	}
+	return f, rec, cur, err
+}
+
+// readRecordFD is readRecord through fd, the record file open.
+func readRecordFD(kd dir, fd int) (record, statefs.Slotted, error) {
+	path := kd.Join(leaseFile)
+	raw, err := statefs.ReadFD(fd, path)
+	if err != nil {
+		return record{}, statefs.Slotted{}, err
+	}
+	f, err := statefs.ParseSlotted(raw, path)
 	return recordFrom(kd, f, err)
 }
 

@@ -82,21 +82,23 @@ func keepFile(kd dir, name string, flags int) (keptFile, error) {
 	return keptFile{fd: fd, id: id}, nil
 }
 
-// keepGuard opens the guard of kd, held locked as g, again by its name to
-// keep it (a descriptor of its own, which g's close does not unlock). If
-// the name is not g's file any more, it was replaced while we took the
-// lease: an error, before anything was written.
+// keepGuard keeps g, the guard of kd held locked, for the lease's writes
+// (the acquirer then unlocks it rather than closing it: letGo). If the
+// name is not g's file any more, it was replaced while we took the lease:
+// an error, before anything was written.
 func keepGuard(kd dir, g int) (keptFile, error) {
 	held, err := statefs.IDOf(g, kd.Join(guardFile))
 	if err != nil {
 		return keptFile{fd: -1}, err
 	}
-	f, err := keepFile(kd, guardFile, unix.O_RDONLY)
-	if err == nil && f.id != held {
-		f.close()
-		err = fmt.Errorf("%w: the guard lock file %s was replaced while the lease was being taken", store.ErrUnsafe, kd.Join(guardFile))
+	named, _, err := kd.Named(guardFile)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return keptFile{fd: -1}, err
 	}
-	return f, err
+	if err != nil || named != held {
+		return keptFile{fd: -1}, fmt.Errorf("%w: the guard lock file %s was replaced while the lease was being taken", store.ErrUnsafe, kd.Join(guardFile))
+	}
+	return keptFile{fd: g, id: held}, nil
 }
 
 func (f *keptFile) close() {
@@ -178,7 +180,7 @@ func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
 
 // Tick records a liveness tick at t (see store.Lease).
 func (l *Lease) Tick(ctx context.Context, t time.Time) error {
-	return l.update(ctx, func(r *record) { r.Holder.LastTick = t })
+	return l.update(ctx, func(r *record) { r.Holder.LastTick = t.UTC() })
 }
 
 // update is the compare-and-swap every holder write goes through: under
@@ -213,7 +215,7 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	rec.Version++
 	data := rec.marshal()
 	inPlace := cur.InPlace(data)
-	err = l.kd.WriteSlotted(leaseFile, cur, data, false)
+	err = l.kd.WriteSlottedFD(l.record.fd, leaseFile, cur, data, false)
 	if !inPlace {
 		// Made whole under a new inode (WriteAtomic), or left as it was
 		// if that failed: which file the name is now is the lease's own.
@@ -294,13 +296,7 @@ func (l *Lease) readKept() (record, statefs.Slotted, error) {
 		}
 		l.record = f
 	}
-	path := l.kd.Join(leaseFile)
-	raw, err := statefs.ReadFD(l.record.fd, path)
-	if err != nil {
-		return record{}, statefs.Slotted{}, err
-	}
-	f, err := statefs.ParseSlotted(raw, path)
-	return recordFrom(l.kd, f, err)
+	return readRecordFD(l.kd, l.record.fd)
 }
 
 // owns says whether rec (read with err) is still this lease's, as of its
@@ -413,7 +409,7 @@ func (l *Lease) release(ctx context.Context, id string) error {
 		l.record.close()
 		l.kd.Close()
 	}()
-	g, err := l.s.lockGuard(ctx, l.kd, true, unix.LOCK_EX, "the holder's release", nil)
+	unlock, err := l.lockToRelease(ctx)
 	if err != nil {
 		// Dropping live alone leaves our record to look like a dead
 		// holder's: the next Acquire takes it over.
@@ -421,7 +417,7 @@ func (l *Lease) release(ctx context.Context, id string) error {
 		unix.Close(l.live)
 		return err
 	}
-	rec, cur, err := readRecord(l.kd)
+	rec, cur, fd, err := l.readToRelease()
 	var werr, lost error
 	if id != "" {
 		lost = l.markDone(id, rec, err)
@@ -432,9 +428,9 @@ func (l *Lease) release(ctx context.Context, id string) error {
 	case rec.Token == l.token, rec.Revoked && rec.Holder != nil && rec.Fence == l.fence:
 		// Leftovers not confirmed stopped stay for the next holder.
 		free := record{Fence: rec.Fence, Version: rec.Version + 1, Leftovers: rec.Leftovers}
-		werr = writeRecord(l.kd, cur, &free)
+		werr = l.kd.WriteSlottedFD(fd, leaseFile, cur, free.marshal(), false)
 		if rec.Token == l.token { // a revoked holding's end is the revoker's (history.go)
-			if herr := historyEnded(l.kd, rec.Holder, l.fence, l.s.now().UTC(), l.ended()); herr != nil {
+			if herr := historyEnded(l.kd, rec.Holder, l.fence, l.s.now(), l.ended()); herr != nil {
 				l.s.log.Warn("could not write the holding to the key's history", "key", l.key, "error", herr)
 			}
 		}
@@ -444,7 +440,40 @@ func (l *Lease) release(ctx context.Context, id string) error {
 	}
 	l.held.Release() // before live: the next holder must not wait on it
 	unix.Close(l.live)
-	unix.Close(g)
+	unlock()
 	l.s.log.Debug("released", "key", l.key, "fence", l.fence)
 	return errors.Join(lost, werr)
+}
+
+// lockToRelease takes the key's guard exclusively for the release: on the
+// descriptor the lease keeps for it while the name guard is still that
+// file, else by the name, whatever file it is now, as anyone else would
+// lock it. It returns what unlocks it.
+func (l *Lease) lockToRelease(ctx context.Context) (func(), error) {
+	if unlock, err := l.lockKeptGuard(ctx); err == nil {
+		if id, _, err := l.kd.Named(guardFile); err == nil && id == l.guard.id {
+			return unlock, nil
+		}
+		unlock()
+	}
+	g, err := l.s.lockGuard(ctx, l.kd, true, unix.LOCK_EX, "the holder's release", nil)
+	if err != nil {
+		return nil, err
+	}
+	return func() { unix.Close(g) }, nil
+}
+
+// readToRelease reads the record for the release, under the guard: through
+// the descriptor the lease keeps while the name lease is still that file,
+// else (rewritten whole by a revocation) by the name. fd is where the
+// release writes it: the kept descriptor, or -1, by the name.
+func (l *Lease) readToRelease() (record, statefs.Slotted, int, error) {
+	if l.record.fd >= 0 {
+		if id, _, err := l.kd.Named(leaseFile); err == nil && id == l.record.id {
+			rec, cur, err := l.readKept()
+			return rec, cur, l.record.fd, err
+		}
+	}
+	rec, cur, err := readRecord(l.kd)
+	return rec, cur, -1, err
 }

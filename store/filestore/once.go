@@ -149,7 +149,7 @@ func (l *Lease) markDone(id string, rec record, err error) error {
 		// next run for it says why.
 		return err
 	}
-	d := store.Done{ID: id, Fence: l.fence, At: l.s.now().UTC()}
+	d := store.Done{ID: id, Fence: l.fence, At: l.s.now()}
 	if h := rec.Holder; h != nil {
 		d.Name, d.PID, d.Host = h.Name, h.PID, h.Host
 	}

@@ -455,7 +455,7 @@ func describe(h *store.Holder) string {
 	}
 	var more []string
 	if !h.Acquired.IsZero() {
-		more = append(more, "since "+h.Acquired.Format(time.RFC3339))
+		more = append(more, "since "+h.Acquired.Local().Format(time.RFC3339))
 	}
 	if h.Reason != "" {
 		more = append(more, "reason: "+store.Printable(h.Reason))

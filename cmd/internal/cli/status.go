@@ -312,16 +312,16 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 			fmt.Fprintf(tw, "reason:\t%s\n", store.Printable(h.Reason))
 		}
 		if !h.Acquired.IsZero() {
-			fmt.Fprintf(tw, "acquired:\t%s (%s ago)\n", h.Acquired.Format(time.RFC3339), now.Sub(h.Acquired).Round(time.Second))
+			fmt.Fprintf(tw, "acquired:\t%s (%s ago)\n", h.Acquired.Local().Format(time.RFC3339), now.Sub(h.Acquired).Round(time.Second))
 		}
 		if !h.Expires.IsZero() {
-			fmt.Fprintf(tw, "expires:\t%s (%s)\n", h.Expires.Format(time.RFC3339), relative(h.Expires, now))
+			fmt.Fprintf(tw, "expires:\t%s (%s)\n", h.Expires.Local().Format(time.RFC3339), relative(h.Expires, now))
 		}
 		if h.Fence != 0 { // fences start at 1: 0 is a holder without a record
 			fmt.Fprintf(tw, "fence:\t%d\n", h.Fence)
 		}
 		if !h.LastTick.IsZero() {
-			fmt.Fprintf(tw, "last tick:\t%s (%s ago)\n", h.LastTick.Format(time.RFC3339), now.Sub(h.LastTick).Round(time.Second))
+			fmt.Fprintf(tw, "last tick:\t%s (%s ago)\n", h.LastTick.Local().Format(time.RFC3339), now.Sub(h.LastTick).Round(time.Second))
 		}
 		if b := h.Build; b != nil {
 			fmt.Fprintf(tw, "build:\t%s%s, %d bytes%s\n", prefix("", store.Printable(b.Path)+", "), b.ModTime.Format(time.RFC3339), b.Size, orDefault(prefix(", revision ", b.Revision), ""))
@@ -344,7 +344,7 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 		fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
 		for i, h := range st.Waiters {
 			fmt.Fprintf(tw, "  %d.\t%s (pid %d on %s), since %s (%s)%s\n", i+1, store.Printable(h.Name), h.PID, store.Printable(h.Host),
-				h.Acquired.Format(time.RFC3339), ago(h.Acquired, now), prefix(", reason: ", store.Printable(h.Reason)))
+				h.Acquired.Local().Format(time.RFC3339), ago(h.Acquired, now), prefix(", reason: ", store.Printable(h.Reason)))
 		}
 	}
 }
