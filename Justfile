@@ -63,7 +63,7 @@ chaos-etcd runs="20":
     FENCERUN_CHAOS_ETCD={{runs}} go test -count=1 -v -run 'TestEtcdFailoverAcrossHosts|TestEtcdElectionsAreNotFailures' -timeout 0 ./integration/ | grep -v '^20[0-9][0-9]-'
 
 # Benchmarks: fencerun against flock(1), and fencerun --etcd against etcdctl lock on an etcd
-# server of its own (docs/CONTRACT.md P1-P7), the store's Go benchmarks included; rewrites
+# server of its own (docs/CONTRACT.md P1-P8), the store's Go benchmarks included; rewrites
 # BENCHMARKS.md. Flags pass through: just bench -bench-count 6; just bench -only p7 (prints only)
 bench *FLAGS:
     command -v flock >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)

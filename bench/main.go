@@ -1,5 +1,5 @@
 // Command bench measures fencerun against its peers and writes the table of
-// BENCHMARKS.md (issue 3; CONTRACT.md P1–P7).
+// BENCHMARKS.md (issue 3; CONTRACT.md P1–P8).
 //
 // It builds fencerun from ./cmd/fencerun (and fencerun-etcd beside it) and
 // a tiny static stamp program from bench/stamp/stamp.c, then runs each
