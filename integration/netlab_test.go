@@ -64,6 +64,7 @@ func newNetlab(t *testing.T) *netlab {
 	t.Helper()
 	needNetlab(t)
 	l := &netlab{t: t, dir: t.TempDir()}
+	lockNetlab(t)
 	l.teardown()
 	t.Cleanup(l.teardown)
 	l.sh("ip", "link", "add", labBridge, "type", "bridge")
@@ -81,6 +82,25 @@ func newNetlab(t *testing.T) *netlab {
 		l.hosts = append(l.hosts, h)
 	}
 	return l
+}
+
+// lockNetlab makes the test the only user of the lab's names on this
+// machine until it ends: two test binaries (two go test runs at once)
+// would tear each other's namespaces down. It waits for the other.
+func lockNetlab(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "fre-netlab.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Logf("another test uses the netlab's namespaces; waiting for it")
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Unlocked last: cleanups run in reverse, after teardown.
+	t.Cleanup(func() { f.Close() })
 }
 
 // teardown kills what runs in the lab's namespaces and removes them and
