@@ -48,9 +48,10 @@ type Lease struct {
 	// cmdWritten: a write carried cmd; cmdTimer writes it otherwise.
 	cmdWritten bool
 	cmdTimer   *time.Timer
-	// The key's guard and record as the lease was taken under them, kept
-	// open from its first write to its release: a renewal is a flock, a
-	// pread and a pwrite on them, and a stat of each name (stillThere).
+	// The key's guard and record as the lease was taken under them, the
+	// descriptors its take locked and wrote through, kept open to its
+	// release: a renewal, and the release, is a flock, a pread and a
+	// pwrite on them, and a stat of each name (stillThere), no open.
 	guard, record keptFile
 	unlockKept    func() // unlocks guard (lockKeptGuard)
 	// held: the key directory and live as open, looked at once (stillThere).
