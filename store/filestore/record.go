@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -65,21 +64,6 @@ type holderRecord struct {
 
 // tokenLen is the length of a token in hex: 128 bits.
 const tokenLen = 32
-
-// clone is a copy of r that shares nothing a change to it could write
-// through.
-func (r record) clone() record {
-	if r.Holder != nil {
-		h := *r.Holder
-		r.Holder = &h
-	}
-	if r.Predecessor != nil {
-		p := *r.Predecessor
-		r.Predecessor = &p
-	}
-	r.Leftovers = slices.Clone(r.Leftovers)
-	return r
-}
 
 func (r *record) held() bool { return r.Holder != nil && r.Token != "" }
 
