@@ -165,7 +165,9 @@ func ownCgroup(file string) (string, error) {
 
 // cgroup is a command's cgroup: the tree is exactly its processes (and its
 // nested cgroups'), stopping ends with cgroup.kill, and the tree is gone
-// when cgroup.events says "populated 0".
+// when cgroup.events says "populated 0". The tree is the cgroup alone: a
+// process that root moves out of it (systemd-run --scope, a container
+// runtime) is no longer the command's, and no /proc is read to find one.
 type cgroup struct {
 	path string
 	own  string // the path as /proc/PID/cgroup shows it ("0::" + own)

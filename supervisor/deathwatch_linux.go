@@ -22,7 +22,9 @@ import (
 // is reaped. An end of file without "done" means this process died: the
 // watcher SIGKILLs the command, if it is still the recorded one.
 //
-// It does not cover a SIGKILL between the fork and the write of the pid
+// It does not cover a command that execs such a program later (sh -c
+// 'exec sudo ...'): that one outlives this process's SIGKILL until the next
+// holder stops it. Nor a SIGKILL between the fork and the write of the pid
 // (a few system calls), nor a command that made its real uid another one
 // (sudo's setresuid): the watcher, as this process's user, may not signal
 // it then.

@@ -55,6 +55,8 @@ var jobSignals = []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGT
 // Without a terminal this process never stops itself: a command stopped
 // by SIGSTOP stays stopped and fenced, and Signal follows any other signal
 // to it with SIGCONT. A SIGCONT sent to this process is sent to the tree.
+// A command that ignores a SIGTSTP sent to this process does not stop, and
+// then neither does this process.
 func (p *Process) JobControl(done <-chan struct{}, k Keeper, forward <-chan os.Signal, ends func(os.Signal) error) error {
 	sent, cont := p.jobSigs, p.cont
 	// fresh: a signal was forwarded, with the SIGCONT that follows it to
