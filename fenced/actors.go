@@ -103,7 +103,10 @@ func (c *command) prepare(ctx context.Context) (bool, error) {
 			heard(s)
 		}
 	}
-	for drained := false; !drained; { // a signal already caught counts as before the start
+	// A signal already caught counts as before the start. One the kernel
+	// delivers after this look, before the fork returns, is forwarded to
+	// the command rather than ending the run: the two cannot be told apart.
+	for drained := false; !drained; {
 		select {
 		case s := <-c.cfg.Signals:
 			heard(s)

@@ -122,6 +122,9 @@ func fired(t boottime.Timer) <-chan struct{} {
 	return t.C()
 }
 
+// interrupt says why the group ended, once: a keeper that loses the lease
+// after another actor began the stop is not told again, as STOPPING=1 went
+// already.
 func (n *notifier) interrupt(err error) {
 	if s := stopping(err); s != "" {
 		select {
@@ -180,7 +183,7 @@ func (n *notifier) relay(m sdnotify.Message, stopping bool) string {
 }
 
 // renewed says whether the lease is being renewed: the renewal due by now
-// succeeded, or is late by less than the watchdog's interval, so that a
+// succeeded, or is late by less than half the watchdog's interval, so that a
 // renewal's own round trip costs no feed, and renewals that stopped stop
 // the feeding within an interval.
 func (n *notifier) renewed() bool {
