@@ -15,7 +15,10 @@ import (
 // the exact counter of this boot in <store>.resident.fence-next. An
 // earlier fencerun's fence file there ({"schema":1,"fence":N}, the last
 // token it handed out) is read as a reservation of N, so no token at or
-// below N is handed out again; the next reservation replaces it.
+// below N is handed out again; the next reservation replaces it. (An
+// earlier fencerun meeting the new file fails closed on it as corrupt
+// rather than reuse a token.) Deleting the fence files by hand restarts
+// tokens above a stale payload's (or at 1), as deleting any state would.
 
 // nextFence records and returns the token after both every token handed
 // out before and stale (a dead holder's payload). Call it holding the

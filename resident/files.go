@@ -16,7 +16,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// paths are the files of one store's role.
+// paths are the files of one store's role. For a store /d/app.db, beside
+// it in /d:
+//
+//	app.db.resident.lock       the role: flock(LOCK_EX) held by the holder for
+//	                           as long as it lives; its content is the payload
+//	app.db.resident.fence      the durable fence reservation (fence.go)
+//	app.db.resident.fence-next this boot's fence counter, and the fence lock
+//	app.db.resident.handover   a newcomer's handover request (at most one)
+//	app.db.resident.cancel     a cancel request: the holder's fence
+//	app.db.resident.wait-*     a standby, locked by it while it waits
+//	app.db.resident.n-*        a process's change socket (notify_linux.go)
 type paths struct {
 	store    string // absolute path of the store file
 	dir      string

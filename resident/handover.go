@@ -30,7 +30,9 @@ type request struct {
 
 // sendRequest puts r in place of any request pending, and tells the
 // holder's socket (holder, from its payload): the holder judges the latest
-// one (every newcomer still waiting judges the next holder afresh).
+// one (every newcomer still waiting judges the next holder afresh), so of
+// two newcomers at once the newest build ends up holding the role, and an
+// equal one is refused as not newer.
 func sendRequest(p paths, r request, holder string, log hclog.Logger) error {
 	data, err := json.Marshal(r)
 	if err != nil {

@@ -22,6 +22,12 @@ import (
 // or store.Corrupt with Err naming the file (a held role whose payload
 // cannot be read, a directory or symlink in place of the lock file). The
 // error is for failing to look at all (permissions, I/O).
+//
+// It is a snapshot: the role may change as soon as it returns. Its probe
+// holds a shared lock for an instant; an Acquire that meets it sees a held
+// file with a stale payload and retries (settle), unless the stale
+// payload's pid has since been reused by a live process, when it reports
+// that pid as the holder: contention, never a second holder.
 func Status(storePath string) (*store.Status, error) {
 	p, err := pathsOf(storePath)
 	if err != nil {
