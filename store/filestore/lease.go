@@ -20,6 +20,13 @@ import (
 // and its live file open, live locked, until Release: the lock is what
 // tells everyone else the holder is alive, and the kernel drops it when the
 // process dies, however it dies.
+//
+// Its renewals and ticks are compare-and-swaps on the record's secret
+// token and version, through the guard and record it keeps open from its
+// take to its release, each one write in place into the older of the
+// record's two slots. They are not fsynced: a crash may lose a renewal,
+// tick or release, which after the reboot reads as a dead holder's record
+// and is taken over at once, which is the truth.
 type Lease struct {
 	s       *Store
 	key     string
