@@ -1,56 +1,38 @@
 // Package store defines the lease store that fencerun runs commands under,
-// and the types every backend shares.
+// and the types every backend (the file backend, etcd) shares. Nothing in
+// it is specific to one backend: no paths, flocks or pids leave a backend
+// except as the descriptive Holder fields.
 //
-// A Store hands out Leases on keys. Every backend (the file backend, etcd)
-// guarantees:
+// A Store hands out Leases on keys. Every backend guarantees:
 //
-//   - at most one Lease per key is held at a time;
-//   - every acquisition of a key gets a fencing token strictly greater than
-//     every token handed out before for that key, also after a revocation
-//     and after a holder died;
-//   - a holder learns of a revocation, a take-over or a cancel request
-//     within a second, through Lease.Changes, without polling;
-//   - a renewal or check of a revoked, released or taken-over lease fails
-//     with ErrLost, and cannot undo what was done to it;
-//   - waiters acquire in arrival order, and a dead waiter loses its place;
-//   - a holder that died holding a lease passes its leftovers (what its
+//   - S1: at most one Lease per key is held at a time;
+//   - S4: every acquisition of a key gets a fencing token strictly greater
+//     than every one handed out before for it, also after a revocation and
+//     after a holder died;
+//   - S5: a renewal or check of a revoked, released or taken-over lease
+//     fails with ErrLost (Lease.Renew says what a renewal compares), and a
+//     holder hears of a revocation or cancel request within a second,
+//     through Lease.Changes, without polling;
+//   - S10: waiters acquire in arrival order, and a dead waiter loses its
+//     place;
+//   - S2: a holder that died holding a lease passes its leftovers (what its
 //     command's tree may still be running, and on which host) to the next
 //     holder, as Lease.Predecessor, until one confirms them stopped;
-//   - a Lease's release marks an --once ID done (ReleaseDone) only while
-//     the lease is still held, as a renewal would check it, and in one
-//     step with the release, so the next holder of the key finds it; a
-//     key keeps its last MaxDone marks, and a waiter can sleep until its
-//     ID is marked (AwaitDone) (O1, O3, O4);
-//   - a Lease reports the Term its acquisition and each renewal set: the
-//     instant, on the claim's Clock, read just before the write (or request)
-//     that set the expiry, and the TTL granted from then. The lease cannot
-//     expire before Term.Start+Term.TTL. The keeper counts from it.
-//   - a key keeps the history of its last MaxHistory holdings (N2), never
-//     more: each with its holder, start, end and how it ended (as the
-//     holder said through Lease.Ended, or revoked, or "unknown (holder
-//     died)"), written atomically (B5) so that a crash loses at most the
-//     end of the last holding; Prune keeps it, ForgetHistory drops a free
-//     key's.
+//   - S3: a Lease reports the Term its acquisition and each renewal set,
+//     read on the claim's Clock just before the write that set the expiry:
+//     the lease cannot expire before Term.End. The keeper counts from it;
+//   - O1, O3, O4: ReleaseDone marks an --once ID done only while the lease
+//     is held, in one step with the release; a key keeps its last MaxDone;
+//   - N2: a key keeps the history of its last MaxHistory holdings.
 //
-// What "version" means. Every change a holder makes to its lease is
-// conditional on the lease still being the one it acquired. In the file
-// backend that is a compare-and-swap on the record's secret token and the
-// version the holder's previous write returned. Where renewal is not a
-// compare-and-swap (an etcd keep-alive extends a lease whoever sends it),
-// the version is the holder key's create revision: a renewal is the
-// keep-alive plus a compare that the key still exists with that create
-// revision, so a deleted key or a revoked lease fails the renewal.
+// The file backend adds what others do not promise: a holder that is alive
+// but silent (stopped, swapped out) is never taken from, even past its
+// expiry, because liveness is a kernel lock, not a clock. On etcd a holder
+// silent for longer than its TTL has lost its lease (E4).
 //
-// What the file backend adds, and other backends do not promise: a holder
-// that is alive but silent (stopped, swapped out) is never taken from, even
-// past its expiry, because liveness is a kernel lock, not a clock. On etcd
-// a holder silent for longer than its TTL has lost its lease (CONTRACT.md E4).
-//
-// It does not stop anything: a Lease that is lost only says so. Stopping the
-// command before the lease can expire is the job of package fence.
-//
-// Nothing in this interface is specific to one backend: no paths, flocks or
-// pids leave a backend except as the descriptive Holder fields.
+// It does not stop anything: a Lease that is lost only says so. Stopping
+// the command before the lease can expire is the job of package fence, the
+// lease keeper.
 package store
 
 import (
@@ -139,7 +121,10 @@ type Store interface {
 
 	// History is the key's last holdings (N2), oldest first: the newest
 	// limit of them (0: all kept, at most MaxHistory), each with its
-	// holder, start and end, and how it ended.
+	// holder, start and end, and how it ended (as the holder said
+	// through Lease.Ended, or revoked, or EndUnknown). Each holding is
+	// written atomically (B5), so a crash loses at most the end of the
+	// last one; Prune keeps the history.
 	// A holding whose holder died before it wrote its end reads
 	// EndUnknown once a later holding started; the current one has no
 	// end. A key that has none, or no state at all, has an empty list. It
@@ -222,10 +207,16 @@ type Lease interface {
 	// keeper's calls.
 	SetCommand(ctx context.Context, group, session ProcessID) error
 
-	// Renew extends the lease, conditional on it still being this holder's
-	// (see "What version means" in the package comment). It returns the
-	// new Term, or an error wrapping ErrLost when the lease was revoked,
-	// released or taken over.
+	// Renew extends the lease, conditional on it still being the one
+	// acquired. It returns the new Term, or an error wrapping ErrLost when
+	// the lease was revoked, released or taken over.
+	//
+	// In the file backend the condition is a compare-and-swap on the
+	// record's secret token and the version the previous write returned.
+	// Where renewal is not a compare-and-swap (an etcd keep-alive extends
+	// a lease whoever sends it), the version is the holder key's create
+	// revision: a renewal is the keep-alive plus a compare that the key
+	// still exists with it, so a deleted key or a revoked lease fails it.
 	Renew(ctx context.Context) (Term, error)
 	// Changes receives (coalesced, never closed) when the lease's record may
 	// have been changed by someone else: a revocation, a cancel request. The
