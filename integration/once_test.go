@@ -408,3 +408,54 @@ func TestOnceNotInheritedByANestedRun(t *testing.T) {
 		t.Fatalf("the nested runs ran %d times, want 2: %v", len(got), got)
 	}
 }
+
+// A cancelled holder and one stopped by --timeout mark nothing either,
+// though their commands exit 0 as they are stopped: the holder exits 77
+// or 124, and the ID stays open for the next run.
+func TestOnceCancelledOrTimedOutHolderLeavesItOpen(t *testing.T) {
+	script := `echo "$FENCERUN_ONCE $FENCERUN_FENCE $$" >> "$1"; trap 'exit 0' TERM; sleep 300 & wait`
+	for _, b := range onceBackends(t) {
+		for _, way := range []struct {
+			name  string
+			flags []string
+			stop  func(key string) // nil: --timeout stops it
+			want  int
+		}{
+			{"cancel", nil, func(key string) {
+				if out, err := b.cmd("cancel", key).CombinedOutput(); err != nil {
+					t.Errorf("cancel: %v: %s", err, out)
+				}
+			}, 77},
+			{"timeout", []string{"--timeout", "2s"}, nil, 124},
+		} {
+			t.Run(b.name+"/"+way.name, func(t *testing.T) {
+				witness, key := filepath.Join(t.TempDir(), "witness"), "stopped-"+way.name
+				args := append([]string{"run", "--key", key, "--once", "q5"}, way.flags...)
+				h := b.cmd(append(args, "--", "sh", "-c", script, "sh", witness)...)
+				var stderr bytes.Buffer
+				h.Stderr = &stderr
+				if err := h.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer h.Process.Kill()
+				if err := waitFor(func() bool { return len(witnessed(t, witness)["q5"]) == 1 }); err != nil {
+					t.Fatal("the first run's command never started")
+				}
+				if way.stop != nil {
+					way.stop(key)
+				}
+				h.Wait()
+				if code := h.ProcessState.ExitCode(); code != way.want {
+					t.Fatalf("the stopped holder exited %d, want %d: %s", code, way.want, stderr.String())
+				}
+				r := runOnce(t, b.cmd("run", "--key", key, "--once", "q5", "--", "sh", "-c", witnessScript, "sh", witness, "0", "0"))
+				if r.code != 0 || strings.Contains(r.stderr, "was done by") {
+					t.Fatalf("the run after the stopped one exited %d: %s", r.code, r.stderr)
+				}
+				if got := witnessed(t, witness)["q5"]; len(got) != 2 {
+					t.Fatalf("the command ran %d times, want twice (stopped, then done): %v", len(got), got)
+				}
+			})
+		}
+	}
+}
