@@ -24,8 +24,10 @@ import (
 // A file is made whole (both slots valid, the same record) by WriteAtomic,
 // durably, the first time it is written or when a record outgrows its
 // slot; only then do in-place writes begin, so every slot on disk always
-// holds some record that was written whole. docs/DESIGN.md ("Writes in
-// place") gives the power-cut reasoning.
+// holds some record that was written whole. Only a power cut that tears
+// both slots loses the record: that needs two writes of it in flight to
+// the disk at the cut, each torn. It then reads as corrupt and fails
+// closed until release --force.
 
 // Slotted is what a record file held when it was read: the record's bytes
 // and where they came from, which the next write needs.
@@ -106,8 +108,7 @@ func WriteSlotAt(fd int, path string, b []byte, off int64) error {
 // a power cut must not leave a new name empty. With durable the rename is
 // made durable too (the directory fsynced), and the in-place write is
 // fsynced; without, a crash may lose the rename, and the name then keeps
-// the file it named before, or none (docs/DESIGN.md, "Writes in place").
-// Errors name the path and the cause.
+// the file it named before, or none. Errors name the path and the cause.
 func (d Dir) WriteSlotted(name string, cur Slotted, data []byte, durable bool) error {
 	return d.WriteSlottedFD(-1, name, cur, data, durable)
 }

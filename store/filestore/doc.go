@@ -41,5 +41,5 @@
 //     that change the key wait, and Status and List answer without it,
 //     maybe stale;
 //   - a record readable after a power cut tore both its slots: it reads as
-//     corrupt until release --force (docs/DESIGN.md, "Writes in place").
+//     corrupt until release --force (internal/statefs, slotted.go).
 package filestore
