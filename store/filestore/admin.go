@@ -469,7 +469,7 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 	var out []store.Pruned
 	// Under the guard no write is in flight, so every temporary file is a
 	// crashed writer's.
-	sweep := func(d dir) {
+	removeTemps := func(d dir) {
 		names, _ := d.List()
 		for _, name := range names {
 			if strings.HasPrefix(name, statefs.TempPrefix) && unix.Unlinkat(d.FD, name, 0) == nil {
@@ -477,7 +477,7 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 			}
 		}
 	}
-	sweep(kd)
+	removeTemps(kd)
 	// The sockets of holders that died without removing them. Under the
 	// guard no acquirer is binding one; a live holder's is never stale.
 	names, _ := kd.List()
@@ -487,7 +487,7 @@ func (s *Store) pruneKey(ctx context.Context, key string) ([]store.Pruned, error
 		}
 	}
 	if qd, err := kd.OpenDir(queueDir, false); err == nil {
-		sweep(qd)
+		removeTemps(qd)
 		qd.Close()
 	}
 	rec, cur, err := readRecord(kd)
