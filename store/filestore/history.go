@@ -184,14 +184,8 @@ func (s *Store) History(ctx context.Context, key string, limit int) ([]store.Hol
 // ForgetHistory drops a free key's history (see store.Store), under its
 // guard held exclusively.
 func (s *Store) ForgetHistory(ctx context.Context, key string) (bool, error) {
-	if err := store.ValidateKey(key); err != nil {
-		return false, err
-	}
-	kd, g, err := s.lockKey(ctx, key, false, unix.LOCK_EX, "prune --history", nil)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
+	kd, g, ok, err := s.lockExisting(ctx, key, "prune --history")
+	if !ok {
 		return false, err
 	}
 	defer kd.Close()

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fencerun/fencerun/store"
 )
 
 // A key's directory is removed when it is free (prune.go). An acquirer
@@ -76,4 +78,22 @@ func (s *Store) guardLinked(key string, kd dir, g int) error {
 		return errMoved
 	}
 	return nil
+}
+
+// lockExisting validates key and locks the guard of its directory
+// exclusively for op, for a change to a key that is only made if the key
+// has a directory: ok is false, with no error, where it has none. The
+// caller closes kd and g.
+func (s *Store) lockExisting(ctx context.Context, key, op string) (kd dir, g int, ok bool, err error) {
+	if err := store.ValidateKey(key); err != nil {
+		return dir{}, -1, false, err
+	}
+	kd, g, err = s.lockKey(ctx, key, false, unix.LOCK_EX, op, nil)
+	if errors.Is(err, fs.ErrNotExist) {
+		return dir{}, -1, false, nil
+	}
+	if err != nil {
+		return dir{}, -1, false, err
+	}
+	return kd, g, true, nil
 }

@@ -102,14 +102,8 @@ func (s *Store) Done(ctx context.Context, key string) ([]store.Done, error) {
 // Reopen forgets that id was done under key (see store.Store), under the
 // key's guard held exclusively, as a holder's mark is written.
 func (s *Store) Reopen(ctx context.Context, key, id string) (bool, error) {
-	if err := store.ValidateKey(key); err != nil {
-		return false, err
-	}
-	kd, g, err := s.lockKey(ctx, key, false, unix.LOCK_EX, "once-reset", nil)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
+	kd, g, ok, err := s.lockExisting(ctx, key, "once-reset")
+	if !ok {
 		return false, err
 	}
 	defer kd.Close()
