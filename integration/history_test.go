@@ -1,9 +1,13 @@
 package integration
 
 import (
+	"cmp"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -107,5 +111,48 @@ func historyKilled(t *testing.T, cmd func(args ...string) *exec.Cmd) {
 	}
 	if out, _ := cmd("history", "hk").Output(); !strings.Contains(string(out), "revoked by pid ") || !strings.Contains(string(out), "unknown (holder died)") {
 		t.Errorf("history says:\n%s", out)
+	}
+}
+
+// A holding that waited starts when its waiter took the key, not when it
+// queued: the history of a key never shows two holdings at once.
+func TestHistoryWaiterStartsWhenItHolds(t *testing.T) {
+	for _, b := range onceBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			gate := filepath.Join(t.TempDir(), "gate")
+			h := b.cmd("run", "--key", "turns", "--", "sh", "-c", `while [ ! -e "$1" ]; do sleep 0.05; done`, "sh", gate)
+			if err := h.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer h.Process.Kill()
+			if err := waitFor(func() bool { return strings.Contains(statusOut(t, b, "turns"), `"state": "held"`) }); err != nil {
+				t.Fatal("the holder never held")
+			}
+			w := b.cmd("run", "--key", "turns", "--", "true")
+			if err := w.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer w.Process.Kill()
+			if err := waitFor(func() bool { return strings.Contains(statusOut(t, b, "turns"), `"pid": `+strconv.Itoa(w.Process.Pid)) }); err != nil {
+				t.Fatal("the waiter never queued")
+			}
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Wait(); err != nil {
+				t.Fatalf("holder: %v", err)
+			}
+			if err := w.Wait(); err != nil {
+				t.Fatalf("waiter: %v", err)
+			}
+			hs := historyOf(t, b.cmd, "turns")
+			slices.SortFunc(hs, func(x, y store.Holding) int { return cmp.Compare(x.Fence, y.Fence) })
+			if len(hs) != 2 {
+				t.Fatalf("%d holdings, want 2: %+v", len(hs), hs)
+			}
+			if hs[1].Start.Before(hs[0].End) {
+				t.Fatalf("the waiter's holding starts at %s, before the holder's ended at %s", hs[1].Start, hs[0].End)
+			}
+		})
 	}
 }

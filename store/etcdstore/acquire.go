@@ -506,6 +506,9 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 			return nil, nil, unanswered{s.fail("keep the lease alive", kerr)}
 		}
 		a.term = term
+		// Its holding starts now, not when it queued: the description
+		// written with the command's pid, and the history, say so.
+		a.desc.Acquired = time.Now()
 		l, _, err := a.held(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 		return l, nil, err
 	}
