@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencerun/fencerun/internal/errtext"
 	"github.com/fencerun/fencerun/store"
 	"github.com/fencerun/fencerun/supervisor"
 )
@@ -65,7 +66,7 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 			defer backend.Close()
 			st, err = backend.Status(ctx, s.Key)
 			done, doneErr = backend.Done(ctx, s.Key)
-			if err == nil && st.State == store.Free && len(done) == 0 {
+			if err == nil && st.State == store.Free && len(done) == 0 && doneErr == nil {
 				hs, herr := backend.History(ctx, s.Key, 1)
 				used = herr != nil || len(hs) > 0
 			}
@@ -91,6 +92,12 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		printDone(os.Stdout, done, time.Now())
 	}
 	if doneErr != nil && st.State != store.Corrupt {
+		// The lease is readable, its done IDs are not (O3, B4): runs
+		// without --once still work, but the key is not healthy.
+		if s.ExitCode && errors.Is(doneErr, store.ErrCorrupt) {
+			g.log.Error(errtext.Sentence(doneErr))
+			return statusExit(store.Corrupt)
+		}
 		return fail(exitFailed, "%v", doneErr)
 	}
 	if s.ExitCode {
