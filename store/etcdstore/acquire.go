@@ -194,7 +194,7 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 		return nil, nil, s.fail("grant a lease", orCause(ctx, err))
 	}
 	a.id = g.ID
-	a.s.bindTick(a.claim.Marker, leftoverKey(a.key, g.ID))
+	a.s.bindTick(a.claim.Marker, leftoverKey(a.key, g.ID), g.ClusterId)
 	a.term = store.Term{Start: start, TTL: time.Duration(g.TTL) * time.Second}
 	a.myKey = prefixOf(a.key) + leaseHex(g.ID)
 	a.desc = desc{Name: a.claim.Name, PID: os.Getpid(), Host: a.s.host, Reason: a.claim.Reason, Acquired: time.Now()}
@@ -292,7 +292,7 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 	s.log.Debug("waiting for the lease", "key", a.key, "lease", leaseHex(a.id))
 	for {
 		if before != nil {
-			if err := a.waitDelete(ctx, string(before.Key), rev); err != nil {
+			if err := a.waitAhead(ctx, before, rev); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -409,19 +409,23 @@ func (a *acquirer) keptTerm() (store.Term, bool) {
 }
 
 // waitDelete returns once key is deleted after revision rev, or the watch
-// ended, or a keep-alive failed (trouble; the caller reads again), or ctx
-// ended.
-func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64) error {
+// ended, or a keep-alive failed (trouble; the caller reads again), or died
+// was closed (the contender ahead died: deadahead_linux.go), or ctx ended.
+func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64, died <-chan struct{}) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	// Trouble ends the watch, also one still being set up: Watch itself
-	// waits for a stream to the cluster, as long as wctx lasts.
+	// Trouble, or the death of the contender ahead, ends the watch, also
+	// one still being set up: Watch itself waits for a stream to the
+	// cluster, as long as wctx lasts.
 	var troubled atomic.Bool
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
 		select {
 		case <-a.trouble:
+			troubled.Store(true)
+			cancel()
+		case <-died:
 			troubled.Store(true)
 			cancel()
 		case <-stop:
