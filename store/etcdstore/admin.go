@@ -347,13 +347,16 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }
 
-// recordExists is whether a leftover record is on the cluster; one that
-// cannot be read is taken to be.
-func (s *Store) recordExists(ctx context.Context) func(recordKey string) bool {
-	return func(recordKey string) bool {
+// recordExists is whether a leftover record is on the cluster, and the
+// cluster's id; one that cannot be read is taken to be.
+func (s *Store) recordExists(ctx context.Context) func(recordKey string) (bool, uint64) {
+	return func(recordKey string) (bool, uint64) {
 		octx, cancel := s.op(ctx)
 		defer cancel()
 		resp, err := s.c.Get(octx, recordKey, clientv3.WithCountOnly())
-		return err != nil || resp.Count > 0
+		if err != nil {
+			return true, 0
+		}
+		return resp.Count > 0, resp.Header.ClusterId
 	}
 }

@@ -146,7 +146,7 @@ func TestQueuedRecordOfTheDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	marker := ticksock.Marker(filepath.Join(ticks, "t-0123456789abcdef0123456789abcdef"))
-	s.bindTick(marker, leftoverKey("pl", 0x300))
+	s.bindTick(marker, leftoverKey("pl", 0x300), 1)
 	sleeper := exec.Command("sleep", "60")
 	sleeper.Env = append(os.Environ(), marker)
 	if err := sleeper.Start(); err != nil {

@@ -66,7 +66,7 @@ func clearDead(dir string) []store.Pruned {
 // is never removed: its socket is bound, or, in the moment between the
 // directory and the socket, it is empty, and an empty one is kept (so one
 // of a run killed in that moment stays).
-func pruneTickDirs(exists func(recordKey string) bool) []store.Pruned {
+func pruneTickDirs(exists func(recordKey string) (bool, uint64)) []store.Pruned {
 	tmp := os.TempDir()
 	entries, err := os.ReadDir(tmp)
 	if err != nil {
@@ -153,19 +153,28 @@ const bindSuffix = ".record"
 // marker names a socket in one of this user's tick directories; Close
 // removes it. Failing, it writes nothing: the record then directs no
 // signals, and its tree is left to the holder's own death signal.
-func (s *Store) bindTick(marker, recordKey string) {
+func (s *Store) bindTick(marker, recordKey string, cluster uint64) {
 	addr, ok := strings.CutPrefix(marker, ticksock.Marker(""))
 	if !ok || !ticksock.IsAddr(addr) || tickOwner(filepath.Dir(addr)) != os.Geteuid() {
 		return
 	}
 	path := addr + bindSuffix
-	if err := os.WriteFile(path, []byte(recordKey), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(binding(cluster, recordKey)), 0o600); err != nil {
 		s.log.Warn("cannot bind the tick socket to its record", "path", path, "error", err)
 		return
 	}
 	s.boundMu.Lock()
 	s.bound = append(s.bound, path)
 	s.boundMu.Unlock()
+}
+
+// binding is what a binding file holds: the id of the cluster the record
+// is on, and the record's key. The cluster's id keeps a prune of one
+// cluster from taking the binding of another cluster's record, which it
+// cannot see, for a stale one (pruneBindings): the user's tick directory
+// is shared by the runs on every cluster.
+func binding(cluster uint64, recordKey string) string {
+	return strconv.FormatUint(cluster, 16) + " " + recordKey
 }
 
 // unbindTicks removes the bindings bindTick wrote.
@@ -224,16 +233,17 @@ func proven(marker, recordKey string) bool {
 	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != uid {
 		return false
 	}
-	b := make([]byte, len(recordKey)+1)
+	b := make([]byte, len(recordKey)+18)
 	n, _ := unix.Read(fd, b)
-	return n == len(recordKey) && string(b[:n]) == recordKey
+	_, key, ok := strings.Cut(string(b[:max(n, 0)]), " ")
+	return ok && key == recordKey
 }
 
 // pruneBindings removes the bindings in dir (the user's tick directory)
 // whose socket is gone and whose record is gone too (exists): a binding
 // outlives its run's socket for as long as its record may still direct
 // the next holder at a tree.
-func pruneBindings(dir string, exists func(recordKey string) bool) []store.Pruned {
+func pruneBindings(dir string, exists func(recordKey string) (bool, uint64)) []store.Pruned {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
@@ -249,9 +259,13 @@ func pruneBindings(dir string, exists func(recordKey string) bool) []store.Prune
 			continue // its run lives, or its socket awaits clearDead
 		}
 		path := filepath.Join(dir, e.Name())
-		key, err := os.ReadFile(path)
-		if err != nil || exists(string(key)) {
+		data, err := os.ReadFile(path)
+		cluster, key, ok := strings.Cut(string(data), " ")
+		if err != nil || !ok {
 			continue
+		}
+		if there, ours := exists(key); there || cluster != strconv.FormatUint(ours, 16) {
+			continue // its record lives, or is another cluster's
 		}
 		if os.Remove(path) == nil {
 			out = append(out, store.Pruned{What: "stale tick binding", Path: path})
