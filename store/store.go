@@ -558,6 +558,20 @@ func FindDone(done []Done, id string) *Done {
 	return nil
 }
 
+// ReopenDone is done without id, and whether id was in it (O3's reset).
+func ReopenDone(done []Done, id string) ([]Done, bool) {
+	if FindDone(done, id) == nil {
+		return done, false
+	}
+	var kept []Done
+	for _, d := range done {
+		if d.ID != id {
+			kept = append(kept, d)
+		}
+	}
+	return kept, true
+}
+
 // Key rules (B1).
 const MaxKeyLen = 80
 

@@ -93,14 +93,9 @@ func (s *Store) Reopen(ctx context.Context, key, id string) (bool, error) {
 			}
 			return true, nil
 		}
-		if err != nil || store.FindDone(done, id) == nil {
+		kept, found := store.ReopenDone(done, id)
+		if err != nil || !found {
 			return false, err
-		}
-		var kept []store.Done
-		for _, d := range done {
-			if d.ID != id {
-				kept = append(kept, d)
-			}
 		}
 		cmp, put := doneOps(key, rev, kept)
 		octx, cancel := s.op(ctx)

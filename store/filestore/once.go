@@ -114,14 +114,9 @@ func (s *Store) Reopen(ctx context.Context, key, id string) (bool, error) {
 		s.log.Warn("cleared done IDs that cannot be read; every ID of the key is open again", "key", key, "error", err)
 		return true, writeDone(kd, nil)
 	}
-	if err != nil || store.FindDone(done, id) == nil {
+	kept, found := store.ReopenDone(done, id)
+	if err != nil || !found {
 		return false, err
-	}
-	var kept []store.Done
-	for _, d := range done {
-		if d.ID != id {
-			kept = append(kept, d)
-		}
 	}
 	return true, writeDone(kd, kept)
 }
