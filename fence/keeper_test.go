@@ -54,6 +54,7 @@ func (l *testLease) Key() string                                     { return "k
 func (l *testLease) Fence() uint64                                   { return 7 }
 func (l *testLease) Env() []string                                   { return nil }
 func (l *testLease) Predecessor() *store.Holder                      { return nil }
+func (l *testLease) Slot() int                                       { return 0 }
 func (l *testLease) LeftoversStopped(context.Context) error          { return nil }
 func (l *testLease) Changes() <-chan struct{}                        { return l.changes }
 func (l *testLease) Release(context.Context) error                   { l.released <- struct{}{}; return nil }

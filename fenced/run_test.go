@@ -23,6 +23,7 @@ type fakeLease struct {
 	clock    *boottime.Fake
 	ttl      time.Duration
 	pred     *store.Holder
+	slot     int
 	changes  chan struct{}
 	checks   chan error    // Check's answers: nil is l.request
 	request  store.Request // what a nil answer asks: a cancel unless set
@@ -49,6 +50,7 @@ func (l *fakeLease) Fence() uint64                          { return 7 }
 func (l *fakeLease) Term() store.Term                       { return store.Term{Start: l.clock.Now(), TTL: l.ttl} }
 func (l *fakeLease) Env() []string                          { return nil }
 func (l *fakeLease) Predecessor() *store.Holder             { return l.pred }
+func (l *fakeLease) Slot() int                              { return l.slot }
 func (l *fakeLease) LeftoversStopped(context.Context) error { l.stopped.Store(true); return nil }
 func (l *fakeLease) SetCommand(_ context.Context, group, _ store.ProcessID) error {
 	l.pids <- group.ID

@@ -50,6 +50,9 @@ func (r *Role) Key() string { return r.paths.store }
 // Fence is this acquisition's fencing token.
 func (r *Role) Fence() uint64 { return r.fence }
 
+// Slot is 0: a resident role has one holder.
+func (r *Role) Slot() int { return 0 }
+
 // Env is nil: the caller gives the command FENCERUN_RESIDENT and the rest.
 func (r *Role) Env() []string { return nil }
 

@@ -5,7 +5,10 @@
 //
 // A Store hands out Leases on keys. Every backend guarantees:
 //
-//   - S1: at most one Lease per key is held at a time;
+//   - S1: at most one Lease per key is held at a time, unless the claims
+//     ask for more (M1, M2): at most Claim.Slots holders, each in a slot
+//     of its own, or any number of shared holders and never an exclusive
+//     one beside them (Kind);
 //   - S4: every acquisition of a key gets a fencing token strictly greater
 //     than every one handed out before for it, also after a revocation and
 //     after a holder died;
@@ -57,6 +60,9 @@ var (
 	ErrUnsafe = errors.New("store: unsafe state")
 	// ErrInvalidKey: the key breaks one of the rules of ValidateKey.
 	ErrInvalidKey = errors.New("store: invalid key")
+	// ErrSlots: the claim's Slots (or kind) differs from those of the
+	// key's holders or waiters (M1); the error names both.
+	ErrSlots = errors.New("store: slots differ")
 )
 
 // Store is a lease store. Its methods are safe for concurrent use.
@@ -80,7 +86,8 @@ type Store interface {
 	// fail the whole list.
 	List(ctx context.Context) ([]Status, error)
 
-	// Revoke breaks the current holder's lease on key (release --force): the
+	// Revoke breaks the lease of each holder of key that w picks (release
+	// --force; M3: every holder, or one): the
 	// holder's next check or renewal returns ErrLost, and it hears of it
 	// through Changes. It also clears a corrupt record of key. In the file
 	// backend the key is taken by the next waiter only once the revoked
@@ -88,11 +95,11 @@ type Store interface {
 	// lease frees the key at once, and the revoked holder's leftovers (its
 	// tree, still being stopped) are the next holder's Predecessor. Revoke
 	// reports whether there was a holder (or corrupt state) to revoke.
-	Revoke(ctx context.Context, key string) (bool, error)
+	Revoke(ctx context.Context, key string, w Which) (bool, error)
 
-	// Cancel asks the current holder of key to stop its command gracefully
-	// and release. It reports whether there was a holder to ask.
-	Cancel(ctx context.Context, key string) (bool, error)
+	// Cancel asks each holder of key that w picks to stop its command
+	// gracefully and release. It reports whether there was a holder to ask.
+	Cancel(ctx context.Context, key string, w Which) (bool, error)
 
 	// Prune removes expired records of dead holders, dead waiters' queue
 	// entries, stray temporary files and the sockets of dead runs, and
@@ -154,6 +161,14 @@ type Claim struct {
 	// empty: recorded with the lease, so that the next holder can stop a
 	// dead holder's leftovers exactly.
 	Cgroup string
+	// Slots is how many holders the key may have at once (M1): each gets
+	// a slot of its own, 0..Slots-1, the lowest free one. 0 and 1 are the
+	// exclusive hold. Every holder and waiter of a key must ask for the
+	// same Slots: Acquire fails with ErrSlots otherwise.
+	Slots int
+	// Shared asks for a shared hold (M2): any number of shared holders at
+	// once, never beside an exclusive one. Not with Slots over 1.
+	Shared bool
 	// Clock is the monotonic clock the caller's keeper runs on; the backend
 	// reads it just before the write that sets an expiry, for Term. Nil
 	// means boottime.Now (CLOCK_BOOTTIME).
@@ -179,6 +194,9 @@ type Lease interface {
 	Key() string
 	// Fence is the fencing token of this acquisition.
 	Fence() uint64
+	// Slot is the holder's slot, 0..Claim.Slots-1 (M1); 0 for an
+	// exclusive hold, -1 for a shared one.
+	Slot() int
 	// Term is the term the acquisition set; the keeper starts from it.
 	Term() Term
 	// Env is what the command is given besides FENCERUN_*: for example
@@ -271,6 +289,11 @@ const (
 // Holder describes who holds (or waits for) a lease. It never carries the
 // lease's secret token.
 type Holder struct {
+	// Kind is how it holds or waits (M2, M1): exclusive, shared, or in a
+	// slot of Slots.
+	Kind       Kind      `json:"kind"`
+	Slot       *int      `json:"slot,omitempty"`  // a holder's slot, with Kind KindSlot
+	Slots      int       `json:"slots,omitempty"` // with Kind KindSlot
 	Name       string    `json:"name"`
 	PID        int       `json:"pid"`
 	Host       string    `json:"host"`
@@ -386,10 +409,14 @@ type Build struct {
 
 // Status is one key's (or one store's resident role's) state.
 type Status struct {
-	Key     string   `json:"key,omitempty"`
-	Store   string   `json:"store,omitempty"`
-	State   State    `json:"state"`
-	Holder  *Holder  `json:"holder"`
+	Key   string `json:"key,omitempty"`
+	Store string `json:"store,omitempty"`
+	State State  `json:"state"`
+	// Holder is the holder of an exclusive hold; nil for shared holds and
+	// slots, which Holders lists (M3).
+	Holder *Holder `json:"holder"`
+	// Holders is every holder, by slot (shared holders by fence).
+	Holders []Holder `json:"holders"`
 	Waiters []Holder `json:"waiters"`
 	// Leftovers are the trees dead holders may have left running, not yet
 	// confirmed stopped (see Lease.Predecessor). Shown by status as a
@@ -609,3 +636,83 @@ func ascii(s string) bool {
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
+
+// Kind is how a holder holds a key, or a waiter waits for it.
+type Kind string
+
+const (
+	KindExclusive Kind = "exclusive" // alone (the default, and --slots 1)
+	KindShared    Kind = "shared"    // beside other shared holders (M2)
+	KindSlot      Kind = "slot"      // in one of Slots slots (M1)
+)
+
+// MaxSlots bounds Claim.Slots (M1), and the shared holders of a key.
+const MaxSlots = 1024
+
+// KindOf is the kind a claim asks for, and its slot count (1 unless
+// KindSlot).
+func KindOf(c Claim) (Kind, int) {
+	switch {
+	case c.Shared:
+		return KindShared, 1
+	case c.Slots > 1:
+		return KindSlot, c.Slots
+	}
+	return KindExclusive, 1
+}
+
+// ValidateClaimKind checks a claim's Slots and Shared (M1, M2).
+func ValidateClaimKind(c Claim) error {
+	switch {
+	case c.Slots < 0 || c.Slots > MaxSlots:
+		return fmt.Errorf("--slots %d is out of range: 1 to %d", c.Slots, MaxSlots)
+	case c.Shared && c.Slots > 1:
+		return errors.New("--shared and --slots cannot be combined")
+	}
+	return nil
+}
+
+// SameKind checks that a claim of kind k and n slots may wait beside a
+// holder or waiter h of the same key: a slot claim only beside slot
+// holders of as many slots; an exclusive or shared claim only beside
+// exclusive and shared ones. A foreign holder (etcdctl lock) is exclusive.
+// role is "holder" or "waiter". The error wraps ErrSlots and names both.
+func SameKind(k Kind, n int, h Holder, role string) error {
+	hk, hn := h.Kind, h.Slots
+	if hk == "" || h.Foreign {
+		hk, hn = KindExclusive, 1
+	}
+	if hk != KindSlot {
+		hn = 1
+	}
+	if (k == KindSlot) == (hk == KindSlot) && (k != KindSlot || n == hn) {
+		return nil
+	}
+	return fmt.Errorf("%w: the key's %s (pid %d) has %s; this run asks for %s", ErrSlots, role, h.PID, describeKind(hk, hn), describeKind(k, n))
+}
+
+func describeKind(k Kind, n int) string {
+	if k == KindSlot {
+		return fmt.Sprintf("--slots %d", n)
+	}
+	return "an " + string(k) + " hold"
+}
+
+// Which picks holders of a key, for Revoke and Cancel (M3): the zero value
+// picks every holder; Slot the one in that slot; PID the one whose
+// fencerun has that pid.
+type Which struct {
+	Slot *int
+	PID  int
+}
+
+// Picks reports whether w picks h.
+func (w Which) Picks(h *Holder) bool {
+	if w.Slot != nil && (h.Slot == nil || *h.Slot != *w.Slot) {
+		return false
+	}
+	return w.PID == 0 || h.PID == w.PID
+}
+
+// All reports whether w picks every holder.
+func (w Which) All() bool { return w.Slot == nil && w.PID == 0 }

@@ -155,7 +155,7 @@ func lockName(kv *mvccpb.KeyValue) (string, bool) {
 // Revoke revokes the holder's etcd lease (release --force): its keys go,
 // its watch sees the deletion, and the next waiter holds at once. A holder
 // key on no lease is deleted instead.
-func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
+func (s *Store) Revoke(ctx context.Context, key string, w store.Which) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
@@ -183,7 +183,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 
 // Cancel puts a cancel request for the holder, on the holder's lease, if
 // the holder key is still the one read.
-func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
+func (s *Store) Cancel(ctx context.Context, key string, w store.Which) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}

@@ -61,6 +61,7 @@ var _ store.Lease = (*Lease)(nil)
 
 func (l *Lease) Key() string              { return l.key }
 func (l *Lease) Fence() uint64            { return uint64(l.rev) }
+func (l *Lease) Slot() int                { return 0 }
 func (l *Lease) Term() store.Term         { return l.term }
 func (l *Lease) Changes() <-chan struct{} { return l.changes }
 

@@ -149,7 +149,7 @@ func (s *Store) List(ctx context.Context) ([]store.Status, error) {
 // token) until the holder releases or is found dead. live stays locked by
 // the holder, so nobody takes the key before the holder lets go (S1).
 // It repairs the key's corrupt state first (Repair), under the same lock.
-func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
+func (s *Store) Revoke(ctx context.Context, key string, w store.Which) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
@@ -174,6 +174,9 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	cleared = cleared || repaired
+	if rec.Holder != nil && !w.Picks(rec.Holder.holder(rec.Fence)) {
+		return cleared, nil
+	}
 	switch {
 	case rec.held():
 		rec.Token = ""
@@ -360,7 +363,7 @@ func salvageNotify(data []byte) string {
 
 // Cancel asks the holder to stop gracefully (see store.Store): it writes
 // the holder's fence to the cancel file, which the holder's watch sees.
-func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
+func (s *Store) Cancel(ctx context.Context, key string, w store.Which) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
@@ -381,7 +384,7 @@ func (s *Store) Cancel(ctx context.Context, key string) (bool, error) {
 	}
 	defer unix.Close(g)
 	rec, _, err := readRecord(kd)
-	if err != nil || !rec.held() {
+	if err != nil || !rec.held() || !w.Picks(rec.Holder.holder(rec.Fence)) {
 		return false, err
 	}
 	if held, err := kd.ProbeLock(liveFile); err != nil || !held {

@@ -144,7 +144,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 			if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) || st == nil || st.State != store.Corrupt {
 				t.Errorf("Status = %+v, %v; want corrupt naming %s", st, err, path)
 			}
-			if _, err := s.Cancel(ctx, "bad"); tc.file == "lease" && !errors.Is(err, store.ErrCorrupt) {
+			if _, err := s.Cancel(ctx, "bad", store.Which{}); tc.file == "lease" && !errors.Is(err, store.ErrCorrupt) {
 				t.Errorf("Cancel: %v; want ErrCorrupt", err)
 			}
 			list, err := s.List(ctx)
@@ -157,7 +157,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 			}
 			sameSnapshot(t, before, snapshot(t, root))
 
-			ok, err := s.Revoke(ctx, "bad")
+			ok, err := s.Revoke(ctx, "bad", store.Which{})
 			if !ok || err != nil {
 				t.Fatalf("Revoke = %v, %v; want it to clear the corruption", ok, err)
 			}
@@ -180,7 +180,7 @@ func TestRevokeSalvagesALargerFence(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(keyPath(root, "k"), "lease"), []byte(garbage), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.Revoke(t.Context(), "k"); !ok || err != nil {
+	if ok, err := s.Revoke(t.Context(), "k", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
 	l := mustAcquire(t, s, "k", claim("a"))
@@ -261,7 +261,7 @@ func TestUnsafeSymlinksAreRefused(t *testing.T) {
 			if list, err := s.List(ctx); err != nil || len(list) != 1 || list[0].State != store.Corrupt || !errors.Is(list[0].Err, store.ErrUnsafe) {
 				t.Errorf("List = %+v, %v; want the key unsafe", list, err)
 			}
-			if _, err := s.Revoke(ctx, "k"); !errors.Is(err, store.ErrUnsafe) {
+			if _, err := s.Revoke(ctx, "k", store.Which{}); !errors.Is(err, store.ErrUnsafe) {
 				t.Errorf("Revoke: %v; want ErrUnsafe", err)
 			}
 			s.Prune(ctx)
@@ -334,7 +334,7 @@ func TestFailedWriteNamesThePathAndLeavesNoTemp(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(kd, "cancel", "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Cancel(t.Context(), "k")
+	_, err := s.Cancel(t.Context(), "k", store.Which{})
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(kd, "cancel")) || !strings.Contains(err.Error(), "directory") {
 		t.Errorf("Cancel: %v; want an error naming %s and the cause", err, filepath.Join(kd, "cancel"))
 	}
@@ -419,8 +419,8 @@ func TestTokenNeverLeaks(t *testing.T) {
 	say(list)
 	_, h, _ := s.Acquire(ctx, "k", claim("b"))
 	say(h)
-	s.Cancel(ctx, "k")
-	s.Revoke(ctx, "k")
+	s.Cancel(ctx, "k", store.Which{})
+	s.Revoke(ctx, "k", store.Which{})
 	_, err = l.Renew(ctx)
 	said = append(said, err.Error())
 	l.Release(ctx)

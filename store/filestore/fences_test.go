@@ -155,7 +155,7 @@ func TestCorruptReservationFailsClosedUntilRevoked(t *testing.T) {
 	if b, _ := os.ReadFile(path); string(b) != `{"schema":1,"reser` {
 		t.Fatalf("the corrupt reservation was overwritten by acquire: %q", b)
 	}
-	if _, err := s.Revoke(context.Background(), "k"); err != nil {
+	if _, err := s.Revoke(context.Background(), "k", store.Which{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := takeFence(t, s, "other"); got <= before || got <= uint64(time.Now().Add(-time.Hour).UnixMicro()) {
@@ -178,7 +178,7 @@ func TestAFifoInTheCountersPlaceFailsClosedUntilRevoked(t *testing.T) {
 	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("acquire over a fifo counter: %v, want ErrCorrupt naming %s", err, path)
 	}
-	if had, err := s.Revoke(context.Background(), "k"); err != nil || !had {
+	if had, err := s.Revoke(context.Background(), "k", store.Which{}); err != nil || !had {
 		t.Fatalf("Revoke = %v, %v; want the fifo cleared", had, err)
 	}
 	if got := takeFence(t, s, "other"); got <= before {
@@ -245,7 +245,7 @@ func TestFencesSurvivePruneAndRepair(t *testing.T) {
 		last = got
 	}
 	writeState(t, s, "k", leaseFile, `garbage`)
-	if _, err := s.Revoke(context.Background(), "k"); err != nil {
+	if _, err := s.Revoke(context.Background(), "k", store.Which{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := takeFence(t, s, "k"); got <= last {
@@ -296,7 +296,7 @@ func TestARecordsFenceNearTheLimit(t *testing.T) {
 		if !errors.Is(err, store.ErrCorrupt) || !errors.Is(err, statefs.ErrUsedUp) || !strings.Contains(err.Error(), path) {
 			t.Fatalf("fence %d: acquire = %v, want ErrCorrupt and ErrUsedUp naming %s", fence, err, path)
 		}
-		if had, err := s.Revoke(context.Background(), "k"); err != nil || !had {
+		if had, err := s.Revoke(context.Background(), "k", store.Which{}); err != nil || !had {
 			t.Fatalf("fence %d: Revoke = %v, %v; want the record's fence lowered", fence, had, err)
 		}
 		if got := takeFence(t, s, "k"); got <= statefs.FenceMax-2*statefs.FenceBlock {
@@ -310,7 +310,7 @@ func TestARecordsFenceNearTheLimit(t *testing.T) {
 	if last <= statefs.FenceMax-2*statefs.FenceBlock+1 {
 		t.Fatalf("fence %d over a record of %d, want above it", last, uint64(statefs.FenceMax-2*statefs.FenceBlock+1))
 	}
-	if _, err := s.Revoke(context.Background(), "k"); err != nil {
+	if _, err := s.Revoke(context.Background(), "k", store.Which{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := takeFence(t, s, "k"); got <= last {

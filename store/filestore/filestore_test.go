@@ -215,8 +215,8 @@ func TestStatusOfUnknownKeyCreatesNothing(t *testing.T) {
 		t.Errorf("status of an unknown key: %+v", st)
 	}
 	for _, f := range []func() (bool, error){
-		func() (bool, error) { return s.Revoke(t.Context(), "never/used") },
-		func() (bool, error) { return s.Cancel(t.Context(), "never/used") },
+		func() (bool, error) { return s.Revoke(t.Context(), "never/used", store.Which{}) },
+		func() (bool, error) { return s.Cancel(t.Context(), "never/used", store.Which{}) },
 	} {
 		if done, err := f(); done || err != nil {
 			t.Errorf("revoke or cancel of an unknown key = %v, %v", done, err)

@@ -76,7 +76,7 @@ func TestGuardHeldByStoppedProcess(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	revoked := make(chan error, 1)
 	go func() {
-		_, err := s.Revoke(rctx, "k")
+		_, err := s.Revoke(rctx, "k", store.Which{})
 		revoked <- err
 	}()
 	if err := testsupport.Poll(func() bool {
@@ -94,7 +94,7 @@ func TestGuardHeldByStoppedProcess(t *testing.T) {
 	if err := h.Wait(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
-	if ok, err := s.Revoke(ctx, "k"); !ok || err != nil {
+	if ok, err := s.Revoke(ctx, "k", store.Which{}); !ok || err != nil {
 		t.Errorf("Revoke once the guard is free: %v, %v; want revoked", ok, err)
 	}
 	if err := l.Release(ctx); err != nil {

@@ -116,7 +116,7 @@ func TestRenewalWaitsForTheGuardHeldElsewhere(t *testing.T) {
 	fd = guard()
 	go func() { _, err := l.Renew(t.Context()); done <- err }()
 	revoked := make(chan error, 1)
-	go func() { _, err := s.Revoke(t.Context(), "k"); revoked <- err }()
+	go func() { _, err := s.Revoke(t.Context(), "k", store.Which{}); revoked <- err }()
 	unix.Close(fd)
 	if err := testsupport.Recv(t, revoked, "the revocation"); err != nil {
 		t.Fatal(err)

@@ -100,10 +100,10 @@ func TestInvalidKeyCreatesNothing(t *testing.T) {
 		if _, err := s.Status(ctx, key); !errors.Is(err, store.ErrInvalidKey) {
 			t.Errorf("Status(%q): %v, want ErrInvalidKey", key, err)
 		}
-		if _, err := s.Revoke(ctx, key); !errors.Is(err, store.ErrInvalidKey) {
+		if _, err := s.Revoke(ctx, key, store.Which{}); !errors.Is(err, store.ErrInvalidKey) {
 			t.Errorf("Revoke(%q): %v, want ErrInvalidKey", key, err)
 		}
-		if _, err := s.Cancel(ctx, key); !errors.Is(err, store.ErrInvalidKey) {
+		if _, err := s.Cancel(ctx, key, store.Which{}); !errors.Is(err, store.ErrInvalidKey) {
 			t.Errorf("Cancel(%q): %v, want ErrInvalidKey", key, err)
 		}
 	}

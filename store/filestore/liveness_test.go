@@ -100,7 +100,7 @@ func TestRevoke(t *testing.T) {
 	ctx := t.Context()
 	l := mustAcquire(t, s, "k", claim("victim"))
 	quiet(l)
-	if ok, err := s.Revoke(ctx, "k"); !ok || err != nil {
+	if ok, err := s.Revoke(ctx, "k", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
 	changed(t, l, "a revoke")
@@ -151,14 +151,14 @@ func TestRevokedHolderThatDiesIsAPredecessor(t *testing.T) {
 	s, root := newStore(t)
 	c := spawn(t, "hold", root, "k", helperMarker+"=m")
 	c.Expect("acquired")
-	if ok, err := s.Revoke(t.Context(), "k"); !ok || err != nil {
+	if ok, err := s.Revoke(t.Context(), "k", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
-	if ok, err := s.Revoke(t.Context(), "k"); !ok || err != nil {
+	if ok, err := s.Revoke(t.Context(), "k", store.Which{}); !ok || err != nil {
 		t.Errorf("second Revoke while the holder runs = %v, %v; want true", ok, err)
 	}
 	c.Kill()
-	if ok, err := s.Revoke(t.Context(), "k"); ok || err != nil {
+	if ok, err := s.Revoke(t.Context(), "k", store.Which{}); ok || err != nil {
 		t.Errorf("Revoke after the holder died = %v, %v; want false", ok, err)
 	}
 	l := mustAcquire(t, s, "k", claim("next"))
@@ -171,12 +171,12 @@ func TestRevokedHolderThatDiesIsAPredecessor(t *testing.T) {
 func TestCancel(t *testing.T) {
 	s, root := newStore(t)
 	ctx := t.Context()
-	if ok, err := s.Cancel(ctx, "k"); ok || err != nil {
+	if ok, err := s.Cancel(ctx, "k", store.Which{}); ok || err != nil {
 		t.Errorf("Cancel of an unknown key = %v, %v", ok, err)
 	}
 	l := mustAcquire(t, s, "k", claim("a"))
 	quiet(l)
-	if ok, err := s.Cancel(ctx, "k"); !ok || err != nil {
+	if ok, err := s.Cancel(ctx, "k", store.Which{}); !ok || err != nil {
 		t.Fatalf("Cancel = %v, %v", ok, err)
 	}
 	changed(t, l, "a cancel")
@@ -190,7 +190,7 @@ func TestCancel(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(keyPath(root, "k"), "cancel")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("cancel file after release: %v", err)
 	}
-	if ok, err := s.Cancel(ctx, "k"); ok || err != nil {
+	if ok, err := s.Cancel(ctx, "k", store.Which{}); ok || err != nil {
 		t.Errorf("Cancel of a free key = %v, %v; want false", ok, err)
 	}
 	l = mustAcquire(t, s, "k", claim("b"))
@@ -205,7 +205,7 @@ func TestCancelOfADeadHolderIsFalse(t *testing.T) {
 	c := spawn(t, "hold", root, "k")
 	c.Expect("acquired")
 	c.Kill()
-	if ok, err := s.Cancel(t.Context(), "k"); ok || err != nil {
+	if ok, err := s.Cancel(t.Context(), "k", store.Which{}); ok || err != nil {
 		t.Errorf("Cancel of a dead holder = %v, %v; want false", ok, err)
 	}
 }

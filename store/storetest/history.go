@@ -50,7 +50,7 @@ func testHistoryKeepsEveryHolding(t *testing.T, b *Backend) {
 	release(t, bl)
 	c := acquire(t, s, "h", b.claim("c"))
 	other := b.openSecond(t, desc)
-	if ok, err := other.Revoke(t.Context(), "h"); !ok || err != nil {
+	if ok, err := other.Revoke(t.Context(), "h", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
 	c.Ended(store.Ending{How: store.EndLost})

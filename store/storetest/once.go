@@ -67,7 +67,7 @@ func testOnceMarkedWithTheRelease(t *testing.T, b *Backend) {
 func testOnceRevokedMarksNothing(t *testing.T, b *Backend) {
 	s, _ := b.New(t)
 	l := acquire(t, s, "o", b.claim("revoked"))
-	if ok, err := s.Revoke(t.Context(), "o"); !ok || err != nil {
+	if ok, err := s.Revoke(t.Context(), "o", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
 	if err := l.ReleaseDone(t.Context(), "id"); !errors.Is(err, store.ErrLost) {

@@ -256,7 +256,7 @@ func testFencesRise(t *testing.T, b *Backend) {
 	}
 	release(t, take("plain"))
 	l := take("revoked")
-	if ok, err := s.Revoke(t.Context(), "f"); !ok || err != nil {
+	if ok, err := s.Revoke(t.Context(), "f", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
 	release(t, l)
@@ -288,7 +288,7 @@ func testFencesRise(t *testing.T, b *Backend) {
 func testRenewAfterRevoke(t *testing.T, b *Backend) {
 	s, _ := b.New(t)
 	l := acquire(t, s, "r", b.claim("revoked"))
-	if ok, err := s.Revoke(t.Context(), "r"); !ok || err != nil {
+	if ok, err := s.Revoke(t.Context(), "r", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
 	if _, err := l.Renew(t.Context()); !errors.Is(err, store.ErrLost) {
@@ -300,7 +300,7 @@ func testRenewAfterRevoke(t *testing.T, b *Backend) {
 	if err := l.Release(t.Context()); err != nil {
 		t.Errorf("Release of a revoked lease = %v, want nil", err)
 	}
-	if ok, err := s.Revoke(t.Context(), "r"); ok || err != nil {
+	if ok, err := s.Revoke(t.Context(), "r", store.Which{}); ok || err != nil {
 		t.Errorf("Revoke of a free key = %v, %v; want false, nil", ok, err)
 	}
 	l2 := acquire(t, s, "r", b.claim("next"))
@@ -322,7 +322,7 @@ func testChangesWithinASecond(t *testing.T, b *Backend) {
 	other := b.openSecond(t, desc)
 	l := acquire(t, s, "c", b.claim("watched"))
 	drain(l.Changes())
-	if ok, err := other.Revoke(t.Context(), "c"); !ok || err != nil {
+	if ok, err := other.Revoke(t.Context(), "c", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke = %v, %v", ok, err)
 	}
 	start := time.Now()
@@ -346,7 +346,7 @@ func drain(c <-chan struct{}) {
 
 func testCancel(t *testing.T, b *Backend) {
 	s, _ := b.New(t)
-	if ok, err := s.Cancel(t.Context(), "x"); ok || err != nil {
+	if ok, err := s.Cancel(t.Context(), "x", store.Which{}); ok || err != nil {
 		t.Errorf("Cancel of a free key = %v, %v; want false, nil", ok, err)
 	}
 	l := acquire(t, s, "x", b.claim("cancelled"))
@@ -354,7 +354,7 @@ func testCancel(t *testing.T, b *Backend) {
 	if req, err := l.Check(t.Context()); err != nil || req != store.RequestNone {
 		t.Errorf("Check before a cancel = %v, %v", req, err)
 	}
-	if ok, err := s.Cancel(t.Context(), "x"); !ok || err != nil {
+	if ok, err := s.Cancel(t.Context(), "x", store.Which{}); !ok || err != nil {
 		t.Fatalf("Cancel = %v, %v", ok, err)
 	}
 	testsupport.RecvWithin(t, l.Changes(), changeBound, "Changes after a cancel request")

@@ -46,7 +46,7 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 	// key at its own moment, which is this holder unless it let go in
 	// between (then the fence named is simply no longer held).
 	before, serr := backend.Status(ctx, c.Key)
-	had, err := backend.Revoke(ctx, c.Key)
+	had, err := backend.Revoke(ctx, c.Key, store.Which{})
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
@@ -112,7 +112,7 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
-	had, err := backend.Cancel(ctx, c.Key)
+	had, err := backend.Cancel(ctx, c.Key, store.Which{})
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
