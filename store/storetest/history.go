@@ -26,7 +26,11 @@ func describeHistory(hs []store.Holding) string {
 		if h.Ending != nil {
 			how = string(h.Ending.How)
 		}
-		out += fmt.Sprintf("[fence %d %s %s] ", h.Fence, h.Name, how)
+		slot := ""
+		if h.Slot != nil {
+			slot = fmt.Sprintf(" slot %d", *h.Slot)
+		}
+		out += fmt.Sprintf("[fence %d%s %s %s] ", h.Fence, slot, h.Name, how)
 	}
 	return out
 }

@@ -40,6 +40,9 @@ type Backend struct {
 	// may linger: 0 where liveness is a kernel lock, the TTL (and the
 	// server's expiry sweep) where it is a lease.
 	DeadAfter time.Duration
+	// Many: the backend holds slots and shared holds (M1-M5); set by each
+	// backend once it does. Run adds the cases of many.go then.
+	Many bool
 }
 
 // guard bounds every wait that should end far sooner; it is a failure guard
@@ -71,6 +74,9 @@ func Run(t *testing.T, b Backend) {
 		{"HistoryBound", testHistoryBound},
 		{"HistoryPruneKeepsForget", testHistoryPruneKeepsForget},
 		{"Close", testClose},
+	}
+	if b.Many {
+		tests = append(tests, manyTests...)
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, &b) })
@@ -132,14 +138,20 @@ func waitStatus(t *testing.T, s store.Store, key, what string, ok func(*store.St
 	}
 }
 
-// waitAsync acquires in a goroutine; the lease arrives on the channel.
+// waitAsync acquires in a goroutine; the lease arrives on the channel. The
+// wait ends with the test at the latest, before the store is closed.
 func waitAsync(t *testing.T, s store.Store, key string, c store.Claim, within time.Duration) <-chan store.Lease {
 	got := make(chan store.Lease, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), within)
-		defer cancel()
+		defer close(done)
 		l, _, err := s.Acquire(ctx, key, c)
-		if err != nil {
+		if err != nil && t.Context().Err() == nil {
 			t.Errorf("waiting Acquire(%q, %s): %v", key, c.Name, err)
 		}
 		got <- l

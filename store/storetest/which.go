@@ -1,0 +1,242 @@
+package storetest
+
+import (
+	"context"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/fencerun/fencerun/internal/testsupport"
+	"github.com/fencerun/fencerun/store"
+)
+
+// Revoke of one slot breaks only that holder: it hears of it, its renewal
+// fails with ErrLost, the others renew; its slot is the next one taken.
+// A Which that picks nobody reports false; the zero Which revokes every
+// holder (M3, S5).
+func testRevokeOneSlot(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	ls := b.takeSlots(t, s, "r", 3)
+	for _, l := range ls {
+		drain(l.Changes())
+	}
+	other := b.openSecond(t, desc)
+	one, seven := 1, 7
+	if ok, err := other.Revoke(t.Context(), "r", store.Which{Slot: &one}); !ok || err != nil {
+		t.Fatalf("Revoke of slot 1 = %v, %v", ok, err)
+	}
+	testsupport.RecvWithin(t, ls[1].Changes(), changeBound, "Changes of slot 1 after its revocation")
+	lost(t, ls[1])
+	renews(t, ls[0], ls[2])
+	requested(t, ls[0], store.RequestNone)
+	requested(t, ls[2], store.RequestNone)
+	if ok, err := other.Revoke(t.Context(), "r", store.Which{Slot: &seven}); ok || err != nil {
+		t.Errorf("Revoke of slot 7, which nobody holds = %v, %v; want false, nil", ok, err)
+	}
+	release(t, ls[1])
+	next := acquire(t, s, "r", b.slotClaim("next", 3))
+	if next.Slot() != 1 {
+		t.Errorf("after slot 1 was revoked and released the next took slot %d", next.Slot())
+	}
+	rising(t, append(fencesOf(ls...), next.Fence())...)
+	if ok, err := other.Revoke(t.Context(), "r", store.Which{}); !ok || err != nil {
+		t.Fatalf("Revoke of every holder = %v, %v", ok, err)
+	}
+	for _, l := range []store.Lease{ls[0], next, ls[2]} {
+		lost(t, l)
+		release(t, l)
+	}
+	if ok, err := other.Revoke(t.Context(), "r", store.Which{}); ok || err != nil {
+		t.Errorf("Revoke of a free slot key = %v, %v; want false, nil", ok, err)
+	}
+	first := acquire(t, s, "r", b.slotClaim("slot0", 3))
+	if first.Slot() != 0 {
+		t.Errorf("after every holder was revoked the next took slot %d, want 0", first.Slot())
+	}
+	release(t, first)
+}
+
+// Revoke by pid breaks the holders of that fencerun only: another
+// process's holder, then this process's two, while the other stays held
+// (M3). The in-process leases share this process's pid.
+func testRevokeByPID(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	a := acquire(t, s, "p", b.slotClaim("slot0", 3))
+	p := b.spawnKind(t, desc, "p", "", 3, false)
+	if _, slot := p.acquiredSlot(guard); slot != 1 {
+		t.Errorf("the helper took slot %d, want 1", slot)
+	}
+	c := acquire(t, s, "p", b.slotClaim("slot2", 3))
+	st := status(t, s, "p")
+	if len(st.Holders) != 3 || st.Holders[1].PID != p.Pid() {
+		t.Fatalf("holders %s; want the helper (pid %d) in slot 1", describeHolders(st.Holders), p.Pid())
+	}
+	if ok, err := s.Revoke(t.Context(), "p", store.Which{PID: p.Pid()}); !ok || err != nil {
+		t.Fatalf("Revoke of pid %d = %v, %v", p.Pid(), ok, err)
+	}
+	p.Expect("lost")
+	renews(t, a, c)
+	q := b.spawnKind(t, desc, "p", "", 3, false)
+	if _, slot := q.acquiredSlot(guard); slot != 1 {
+		t.Errorf("the next helper took slot %d, want the freed 1", slot)
+	}
+	if ok, err := s.Revoke(t.Context(), "p", store.Which{PID: os.Getpid()}); !ok || err != nil {
+		t.Fatalf("Revoke of this process's pid = %v, %v", ok, err)
+	}
+	lost(t, a)
+	lost(t, c)
+	q.renewed()
+	releaseAll(t, a, c)
+	q.release()
+	if ok, err := s.Revoke(t.Context(), "p", store.Which{PID: p.Pid()}); ok || err != nil {
+		t.Errorf("Revoke of a pid that holds nothing = %v, %v; want false, nil", ok, err)
+	}
+}
+
+// Cancel asks only the holder a Which picks, by slot or by pid; the
+// zero Which asks every holder; a cancel request keeps the lease (M3).
+func testCancelWhich(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	ls := b.takeSlots(t, s, "c", 3)
+	for _, l := range ls {
+		drain(l.Changes())
+	}
+	two, five := 2, 5
+	if ok, err := s.Cancel(t.Context(), "c", store.Which{Slot: &two}); !ok || err != nil {
+		t.Fatalf("Cancel of slot 2 = %v, %v", ok, err)
+	}
+	testsupport.RecvWithin(t, ls[2].Changes(), changeBound, "Changes of slot 2 after a cancel request")
+	requested(t, ls[2], store.RequestCancel)
+	requested(t, ls[0], store.RequestNone)
+	requested(t, ls[1], store.RequestNone)
+	st := status(t, s, "c")
+	for i, h := range st.Holders {
+		if h.Cancel != (i == 2) {
+			t.Errorf("after a cancel of slot 2, holders %s: want only slot 2 asked", describeHolders(st.Holders))
+			break
+		}
+	}
+	if ok, err := s.Cancel(t.Context(), "c", store.Which{Slot: &five}); ok || err != nil {
+		t.Errorf("Cancel of slot 5, which nobody holds = %v, %v; want false, nil", ok, err)
+	}
+	renews(t, ls...)
+	releaseAll(t, ls...)
+
+	a := acquire(t, s, "cs", b.sharedClaim("a"))
+	drain(a.Changes())
+	p := b.spawnKind(t, desc, "cs", "", 0, true)
+	p.acquired(guard)
+	if ok, err := s.Cancel(t.Context(), "cs", store.Which{PID: p.Pid()}); !ok || err != nil {
+		t.Fatalf("Cancel of pid %d = %v, %v", p.Pid(), ok, err)
+	}
+	p.Expect("cancel requested")
+	requested(t, a, store.RequestNone)
+	if ok, err := s.Cancel(t.Context(), "cs", store.Which{}); !ok || err != nil {
+		t.Fatalf("Cancel of every holder = %v, %v", ok, err)
+	}
+	testsupport.RecvWithin(t, a.Changes(), changeBound, "Changes after a cancel of every holder")
+	requested(t, a, store.RequestCancel)
+	p.renewed()
+	release(t, a)
+	p.release()
+}
+
+// A holder of a slot that dies frees only its slot: the other holder
+// renews on, and whoever takes the dead one's slot next gets its
+// leftovers as Predecessor, passed on with the slot until confirmed
+// stopped (M3, S2).
+func testDeadSlotHolder(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	const marker = "STORETEST_TREE=dead-slot-holder"
+	dead := b.spawnKind(t, desc, "d", marker, 2, false)
+	deadFence, slot := dead.acquiredSlot(guard)
+	if slot != 0 {
+		t.Fatalf("the helper took slot %d, want 0", slot)
+	}
+	live := acquire(t, s, "d", b.slotClaim("live", 2))
+	deadPID := dead.Pid()
+	dead.Kill()
+	ctx, cancel := context.WithTimeout(t.Context(), b.deadWithin())
+	defer cancel()
+	next, _, err := s.Acquire(ctx, "d", b.slotClaim("next", 2))
+	if err != nil || next == nil {
+		t.Fatalf("Acquire after the slot's holder died: %v", err)
+	}
+	p := next.Predecessor()
+	if next.Slot() != 0 || p == nil || p.PID != deadPID || p.Fence != deadFence || !slices.Contains(leftovers(p), marker) {
+		t.Errorf("the next holder has slot %d, predecessor %+v; want slot 0 and the dead holder pid %d, fence %d, leftovers with %q", next.Slot(), p, deadPID, deadFence, marker)
+	}
+	if live.Predecessor() != nil {
+		t.Errorf("the live holder has a predecessor %+v", live.Predecessor())
+	}
+	renews(t, live)
+	requested(t, live, store.RequestNone)
+	release(t, next)
+	again := acquire(t, s, "d", b.slotClaim("again", 2))
+	if p := again.Predecessor(); again.Slot() != 0 || p == nil || !slices.Contains(leftovers(p), marker) {
+		t.Errorf("slot %d, predecessor %+v after a holder that did not confirm the leftovers stopped: want slot 0 with them passed on", again.Slot(), p)
+	}
+	if err := again.LeftoversStopped(t.Context()); err != nil {
+		t.Fatalf("LeftoversStopped: %v", err)
+	}
+	release(t, again)
+	last := acquire(t, s, "d", b.slotClaim("last", 2))
+	if p := last.Predecessor(); p != nil {
+		t.Errorf("predecessor %+v after the leftovers were confirmed stopped", p)
+	}
+	releaseAll(t, last, live)
+}
+
+// An exclusive holder runs alone, so it inherits the leftovers of a
+// shared holder that died, even after a live shared holder released
+// (M3, S2).
+func testDeadSharedHolder(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	const marker = "STORETEST_TREE=dead-shared-holder"
+	dead := b.spawnKind(t, desc, "ds", marker, 0, true)
+	deadFence := dead.acquired(guard)
+	live := acquire(t, s, "ds", b.sharedClaim("live"))
+	deadPID := dead.Pid()
+	dead.Kill()
+	renews(t, live)
+	release(t, live)
+	ctx, cancel := context.WithTimeout(t.Context(), b.deadWithin())
+	defer cancel()
+	x, _, err := s.Acquire(ctx, "ds", b.claim("x"))
+	if err != nil || x == nil {
+		t.Fatalf("Acquire after the shared holder died: %v", err)
+	}
+	if p := x.Predecessor(); p == nil || !slices.Contains(leftovers(p), marker) {
+		t.Errorf("the exclusive holder's predecessor %+v; want the leftovers of the dead shared holder pid %d, fence %d, with %q", p, deadPID, deadFence, marker)
+	}
+	release(t, x)
+}
+
+// History records each holding's slot; an exclusive holding has none (N2,
+// M1).
+func testHistorySlots(t *testing.T, b *Backend) {
+	s, _ := b.New(t)
+	a := acquire(t, s, "h", b.slotClaim("a", 2))
+	bl := acquire(t, s, "h", b.slotClaim("b", 2))
+	release(t, a)
+	c := acquire(t, s, "h", b.slotClaim("c", 2))
+	releaseAll(t, bl, c)
+	got := history(t, s, "h")
+	want := []struct {
+		name  string
+		fence uint64
+		slot  int
+	}{{"a", a.Fence(), 0}, {"b", bl.Fence(), 1}, {"c", c.Fence(), 0}}
+	if len(got) != len(want) {
+		t.Fatalf("history = %s; want %d holdings", describeHistory(got), len(want))
+	}
+	for i, w := range want {
+		if h := got[i]; h.Name != w.name || h.Fence != w.fence || h.Slot == nil || *h.Slot != w.slot {
+			t.Errorf("holding %d = %+v (slot %v); want %s, fence %d, slot %d", i, h, h.Slot, w.name, w.fence, w.slot)
+		}
+	}
+	release(t, acquire(t, s, "hx", b.claim("x")))
+	if got := history(t, s, "hx"); len(got) != 1 || got[0].Slot != nil {
+		t.Errorf("exclusive history = %s; want one holding with no slot", describeHistory(got))
+	}
+}
