@@ -174,12 +174,13 @@ func describeHolders(hs []store.Holder) string {
 // freed, then takes that slot. Freed slots are reused lowest first, and
 // fences rise strictly across slots (M1, S1, S4).
 func testSlotsAdmitN(t *testing.T, b *Backend) {
-	s, _ := b.New(t)
+	s, desc := b.New(t)
+	other := b.openSecond(t, desc)
 	ls := b.takeSlots(t, s, "n", 3)
-	if h := busy(t, s, "n", b.slotClaim("fourth", 3)); h.Kind != store.KindSlot || h.Slots != 3 || !slices.Contains(fencesOf(ls...), h.Fence) {
+	if h := busy(t, other, "n", b.slotClaim("fourth", 3)); h.Kind != store.KindSlot || h.Slots != 3 || !slices.Contains(fencesOf(ls...), h.Fence) {
 		t.Errorf("a fourth claim of 3 slots is told of %+v; want one of the slot holders", h)
 	}
-	fourth := waitAsync(t, s, "n", b.slotClaim("fourth", 3), guard)
+	fourth := waitAsync(t, other, "n", b.slotClaim("fourth", 3), guard)
 	st := waitWaiters(t, s, "n", 1)
 	if w := st.Waiters[0]; w.Kind != store.KindSlot || w.Slots != 3 || w.Slot != nil || w.Name != "fourth" {
 		t.Errorf("the waiter is %s; want fourth, waiting for one of 3 slots, with no slot", describeHolders(st.Waiters))
@@ -282,7 +283,8 @@ func testSlotsStatus(t *testing.T, b *Backend) {
 // A claim whose kind or slot count differs from the key's holders' and
 // waiters' fails with ErrSlots naming both, waiting or not, and joins no
 // queue; a slot claim meets the same beside exclusive or shared holders
-// (M1). Exclusive beside shared is contention, not a mismatch.
+// (M1). Exclusive beside shared, and --slots 1 beside exclusive, is
+// contention, not a mismatch.
 func testSlotsMismatch(t *testing.T, b *Backend) {
 	s, _ := b.New(t)
 	ls := b.takeSlots(t, s, "m", 3)
@@ -307,6 +309,9 @@ func testSlotsMismatch(t *testing.T, b *Backend) {
 
 	x := acquire(t, s, "mx", b.claim("x"))
 	mismatch(t, s, "mx", b.slotClaim("three", 3), "exclusive", "--slots 3")
+	if h := busy(t, s, "mx", one); h.Fence != x.Fence() {
+		t.Errorf("a claim of 1 slot beside an exclusive holder is told of %+v; want the holder", h)
+	}
 	release(t, x)
 	sh := acquire(t, s, "ms", b.sharedClaim("s"))
 	mismatch(t, s, "ms", b.slotClaim("three", 3), "shared", "--slots 3")
