@@ -25,6 +25,8 @@ var manyTests = []struct {
 	{"SlotsMismatchErrSlots", testSlotsMismatch},
 	{"SlotsDeadWaiterLosesPlace", testSlotsDeadWaiter},
 	{"SlotsPruneKeepsFences", testSlotsPrune},
+	{"SlotsWitnessManyClients", testSlotsWitness},
+	{"SharedExclusiveWitness", testSharedWitness},
 	{"SharedHoldTogether", testSharedTogether},
 	{"SharedNoWriterStarvation", testSharedNoWriterStarvation},
 	{"SharedWaitersStartTogether", testSharedWaitersTogether},
@@ -33,6 +35,7 @@ var manyTests = []struct {
 	{"CancelWhich", testCancelWhich},
 	{"DeadSlotHolderFreesOnlyItsSlot", testDeadSlotHolder},
 	{"DeadSharedHolderLeftoversToExclusive", testDeadSharedHolder},
+	{"DeadSlotHoldersLeftoversToExclusive", testDeadSlotHolders},
 	{"HistorySlots", testHistorySlots},
 }
 
@@ -186,6 +189,20 @@ func testSlotsAdmitN(t *testing.T, b *Backend) {
 		t.Errorf("the waiter is %s; want fourth, waiting for one of 3 slots, with no slot", describeHolders(st.Waiters))
 	}
 	pending(t, fourth, "a fourth holder of 3 slots")
+	ctx, cancel := context.WithCancel(t.Context())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, _, err := s.Acquire(ctx, "n", b.slotClaim("fifth", 3))
+		gaveUp <- err
+	}()
+	waitWaiters(t, s, "n", 2)
+	cancel()
+	if err := testsupport.RecvWithin(t, gaveUp, guard, "the cancelled fifth claim to return"); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled wait for a slot = %v, want context.Canceled", err)
+	}
+	if st := status(t, s, "n"); len(st.Waiters) != 1 || st.Waiters[0].Name != "fourth" {
+		t.Errorf("waiters after a cancelled wait: %s; want only fourth", describeHolders(st.Waiters))
+	}
 	release(t, ls[1])
 	l4 := recv(t, fourth, "the fourth to take the freed slot")
 	if l4.Slot() != 1 {
@@ -231,6 +248,9 @@ func checkSlotHolders(t *testing.T, st *store.Status, n int, ls ...store.Lease) 
 func testSlotsStatus(t *testing.T, b *Backend) {
 	s, desc := b.New(t)
 	ls := b.takeSlots(t, s, "st", 3)
+	release(t, ls[1])
+	checkSlotHolders(t, status(t, s, "st"), 3, ls[0], ls[2])
+	ls[1] = acquire(t, s, "st", b.slotClaim("slot1", 3))
 	w := waitAsync(t, s, "st", b.slotClaim("waiter", 3), guard)
 	st := waitWaiters(t, s, "st", 1)
 	checkSlotHolders(t, st, 3, ls...)

@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
@@ -131,6 +133,15 @@ func testCancelWhich(t *testing.T, b *Backend) {
 	}
 	p.Expect("cancel requested")
 	requested(t, a, store.RequestNone)
+	zero := 0
+	if ok, err := s.Cancel(t.Context(), "cs", store.Which{Slot: &zero}); ok || err != nil {
+		t.Errorf("Cancel of slot 0 of shared holders, which have no slot = %v, %v; want false, nil", ok, err)
+	}
+	if ok, err := s.Revoke(t.Context(), "cs", store.Which{Slot: &zero}); ok || err != nil {
+		t.Errorf("Revoke of slot 0 of shared holders, which have no slot = %v, %v; want false, nil", ok, err)
+	}
+	renews(t, a)
+	requested(t, a, store.RequestNone)
 	if ok, err := s.Cancel(t.Context(), "cs", store.Which{}); !ok || err != nil {
 		t.Fatalf("Cancel of every holder = %v, %v", ok, err)
 	}
@@ -210,6 +221,54 @@ func testDeadSharedHolder(t *testing.T, b *Backend) {
 		t.Errorf("the exclusive holder's predecessor %+v; want the leftovers of the dead shared holder pid %d, fence %d, with %q", p, deadPID, deadFence, marker)
 	}
 	release(t, x)
+}
+
+// An exclusive holder inherits the leftovers of every slot holder that
+// died, each in a slot of its own (M3, S2).
+func testDeadSlotHolders(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	markers := []string{"STORETEST_TREE=dead-slot-0", "STORETEST_TREE=dead-slot-1"}
+	var dead []*proc
+	for i, m := range markers {
+		p := b.spawnKind(t, desc, "dx", m, 3, false)
+		if _, slot := p.acquiredSlot(guard); slot != i {
+			t.Fatalf("helper %d took slot %d", i, slot)
+		}
+		dead = append(dead, p)
+	}
+	for _, p := range dead {
+		p.Kill()
+	}
+	x := b.acquireAfterDeath(t, s, "dx", b.claim("x"))
+	p := x.Predecessor()
+	for _, m := range markers {
+		if p == nil || !slices.Contains(leftovers(p), m) {
+			t.Errorf("the exclusive holder's predecessor %+v; want leftovers with %q", p, m)
+		}
+	}
+	release(t, x)
+}
+
+// acquireAfterDeath acquires key for c after its holders died. Until
+// DeadAfter has passed a dead holder may still count as one, so a claim
+// of another kind may meet ErrSlots until then; where DeadAfter is 0 it
+// never may.
+func (b *Backend) acquireAfterDeath(t *testing.T, s store.Store, key string, c store.Claim) store.Lease {
+	t.Helper()
+	deadline := time.Now().Add(b.deadWithin())
+	for {
+		ctx, cancel := context.WithDeadline(t.Context(), deadline)
+		l, _, err := s.Acquire(ctx, key, c)
+		cancel()
+		switch {
+		case err == nil && l != nil:
+			return l
+		case errors.Is(err, store.ErrSlots) && b.DeadAfter > 0 && time.Now().Before(deadline):
+			time.Sleep(50 * time.Millisecond)
+		default:
+			t.Fatalf("Acquire(%q, %s) after its holders died = %v, %v", key, c.Name, l, err)
+		}
+	}
 }
 
 // History records each holding's slot; an exclusive holding has none (N2,
