@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
@@ -23,6 +24,7 @@ var manyTests = []struct {
 	{"SlotsAdmitNLowestFirst", testSlotsAdmitN},
 	{"SlotsStatusHolders", testSlotsStatus},
 	{"SlotsMismatchErrSlots", testSlotsMismatch},
+	{"SlotsFIFO", testSlotsFIFO},
 	{"SlotsDeadWaiterLosesPlace", testSlotsDeadWaiter},
 	{"SlotsPruneKeepsFences", testSlotsPrune},
 	{"SlotsWitnessManyClients", testSlotsWitness},
@@ -37,6 +39,7 @@ var manyTests = []struct {
 	{"DeadSharedHolderLeftoversToExclusive", testDeadSharedHolder},
 	{"DeadSlotHoldersLeftoversToExclusive", testDeadSlotHolders},
 	{"HistorySlots", testHistorySlots},
+	{"OnceSlots", testOnceSlots},
 }
 
 func (b *Backend) slotClaim(name string, n int) store.Claim {
@@ -208,6 +211,7 @@ func testSlotsAdmitN(t *testing.T, b *Backend) {
 	if l4.Slot() != 1 {
 		t.Errorf("the fourth took slot %d, want the freed slot 1", l4.Slot())
 	}
+	lost(t, ls[1]) // released, and its slot taken by another
 	renews(t, ls[0], ls[2], l4)
 	// Two slots free: the lowest is taken first.
 	release(t, ls[2])
@@ -251,9 +255,18 @@ func testSlotsStatus(t *testing.T, b *Backend) {
 	release(t, ls[1])
 	checkSlotHolders(t, status(t, s, "st"), 3, ls[0], ls[2])
 	ls[1] = acquire(t, s, "st", b.slotClaim("slot1", 3))
+	tick := time.Now().Add(-time.Minute).Truncate(time.Second)
+	if err := ls[1].Tick(t.Context(), tick); err != nil {
+		t.Fatalf("Tick of slot 1: %v", err)
+	}
 	w := waitAsync(t, s, "st", b.slotClaim("waiter", 3), guard)
 	st := waitWaiters(t, s, "st", 1)
 	checkSlotHolders(t, st, 3, ls...)
+	for i, h := range st.Holders {
+		if h.LastTick.Equal(tick) != (i == 1) {
+			t.Errorf("holder %d's last tick is %v; want %v for slot 1 only", i, h.LastTick, tick)
+		}
+	}
 	if w := st.Waiters[0]; w.Kind != store.KindSlot || w.Slots != 3 || w.Name != "waiter" {
 		t.Errorf("waiters %s; want the waiter for 3 slots", describeHolders(st.Waiters))
 	}
@@ -358,6 +371,39 @@ func mismatch(t *testing.T, s store.Store, key string, c store.Claim, has, asks 
 	if msg := err.Error(); !strings.Contains(msg, has) || !strings.Contains(msg, asks) {
 		t.Errorf("the mismatch error %q does not name both %q and %q", msg, has, asks)
 	}
+}
+
+// Waiters of a slot key are served in arrival order, each in the slot
+// freed for it (S10, M1).
+func testSlotsFIFO(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	other := b.openSecond(t, desc)
+	ls := b.takeSlots(t, s, "q", 2)
+	w1 := waitAsync(t, other, "q", b.slotClaim("w1", 2), guard)
+	waitWaiters(t, s, "q", 1)
+	w2 := waitAsync(t, s, "q", b.slotClaim("w2", 2), guard)
+	waitWaiters(t, s, "q", 2)
+	w3 := waitAsync(t, other, "q", b.slotClaim("w3", 2), guard)
+	st := waitWaiters(t, s, "q", 3)
+	if w := st.Waiters; w[0].Name != "w1" || w[1].Name != "w2" || w[2].Name != "w3" {
+		t.Errorf("waiters %s; want w1, w2, w3 in arrival order", describeHolders(w))
+	}
+	release(t, ls[1])
+	l1 := recv(t, w1, "the first waiter")
+	if st := status(t, s, "q"); len(st.Waiters) != 2 || st.Waiters[0].Name != "w2" {
+		t.Errorf("after w1 took a slot: waiters %s; want w2, w3", describeHolders(st.Waiters))
+	}
+	pending(t, w2, "the second waiter while both slots are held")
+	release(t, ls[0])
+	l2 := recv(t, w2, "the second waiter")
+	pending(t, w3, "the third waiter while both slots are held")
+	if l1.Slot() != 1 || l2.Slot() != 0 {
+		t.Errorf("w1 took slot %d, w2 slot %d; want the slots freed for each, 1 then 0", l1.Slot(), l2.Slot())
+	}
+	release(t, l1)
+	l3 := recv(t, w3, "the third waiter")
+	rising(t, ls[0].Fence(), ls[1].Fence(), l1.Fence(), l2.Fence(), l3.Fence())
+	releaseAll(t, l2, l3)
 }
 
 // A dead waiter of a slot key loses its place: the one behind it takes the

@@ -82,7 +82,7 @@ func testSharedNoWriterStarvation(t *testing.T, b *Backend) {
 
 // Consecutive shared waiters behind an exclusive holder all start once it
 // releases, and hold together; an exclusive waiter behind them waits for
-// all of them (M2).
+// all of them, and a shared waiter behind that one for it (M2).
 func testSharedWaitersTogether(t *testing.T, b *Backend) {
 	s, _ := b.New(t)
 	x := acquire(t, s, "wt", b.claim("x"))
@@ -93,19 +93,25 @@ func testSharedWaitersTogether(t *testing.T, b *Backend) {
 	}
 	x2 := waitAsync(t, s, "wt", b.claim("x2"), guard)
 	waitWaiters(t, s, "wt", 4)
+	s4 := waitAsync(t, s, "wt", b.sharedClaim("s4"), guard)
+	waitWaiters(t, s, "wt", 5)
 	release(t, x)
 	var ls []store.Lease
 	for _, c := range shared {
 		ls = append(ls, recv(t, c, "each of the consecutive shared waiters, together"))
 	}
 	st := status(t, s, "wt")
-	if len(st.Holders) != 3 || len(st.Waiters) != 1 || st.Waiters[0].Name != "x2" {
-		t.Errorf("holders %s, waiters %s; want the 3 shared holders and x2 waiting", describeHolders(st.Holders), describeHolders(st.Waiters))
+	if len(st.Holders) != 3 || len(st.Waiters) != 2 || st.Waiters[0].Name != "x2" || st.Waiters[1].Name != "s4" {
+		t.Errorf("holders %s, waiters %s; want the 3 shared holders, x2 and s4 waiting", describeHolders(st.Holders), describeHolders(st.Waiters))
 	}
 	pending(t, x2, "an exclusive waiter beside three shared holders")
+	pending(t, s4, "a shared waiter behind a waiting exclusive one")
 	renews(t, ls...)
 	releaseAll(t, ls...)
 	l := recv(t, x2, "the exclusive waiter once the shared holders released")
-	rising(t, x.Fence(), max(ls[0].Fence(), ls[1].Fence(), ls[2].Fence()), l.Fence())
+	pending(t, s4, "a shared waiter beside an exclusive holder")
 	release(t, l)
+	l4 := recv(t, s4, "the last shared waiter")
+	rising(t, x.Fence(), max(ls[0].Fence(), ls[1].Fence(), ls[2].Fence()), l.Fence(), l4.Fence())
+	release(t, l4)
 }

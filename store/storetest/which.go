@@ -279,6 +279,9 @@ func testHistorySlots(t *testing.T, b *Backend) {
 	bl := acquire(t, s, "h", b.slotClaim("b", 2))
 	release(t, a)
 	c := acquire(t, s, "h", b.slotClaim("c", 2))
+	if dropped, err := s.ForgetHistory(t.Context(), "h"); dropped || err != nil {
+		t.Errorf("ForgetHistory of a key with slot holders = %v, %v; want false", dropped, err)
+	}
 	releaseAll(t, bl, c)
 	got := history(t, s, "h")
 	want := []struct {
@@ -297,5 +300,31 @@ func testHistorySlots(t *testing.T, b *Backend) {
 	release(t, acquire(t, s, "hx", b.claim("x")))
 	if got := history(t, s, "hx"); len(got) != 1 || got[0].Slot != nil {
 		t.Errorf("exclusive history = %s; want one holding with no slot", describeHistory(got))
+	}
+}
+
+// Each slot holder marks its --once ID with its own release, conditional
+// on its own lease: the others hold on, and a revoked one marks nothing
+// (O1, M3).
+func testOnceSlots(t *testing.T, b *Backend) {
+	s, _ := b.New(t)
+	ls := b.takeSlots(t, s, "o", 3)
+	if err := ls[0].ReleaseDone(t.Context(), "a"); err != nil {
+		t.Fatalf("ReleaseDone of slot 0: %v", err)
+	}
+	renews(t, ls[1], ls[2])
+	one := 1
+	if ok, err := s.Revoke(t.Context(), "o", store.Which{Slot: &one}); !ok || err != nil {
+		t.Fatalf("Revoke of slot 1 = %v, %v", ok, err)
+	}
+	if err := ls[1].ReleaseDone(t.Context(), "b"); !errors.Is(err, store.ErrLost) {
+		t.Errorf("ReleaseDone of a revoked slot = %v, want ErrLost", err)
+	}
+	if err := ls[2].ReleaseDone(t.Context(), "c"); err != nil {
+		t.Fatalf("ReleaseDone of slot 2: %v", err)
+	}
+	got := done(t, s, "o")
+	if len(got) != 2 || got[0].ID != "c" || got[0].Fence != ls[2].Fence() || got[1].ID != "a" || got[1].Fence != ls[0].Fence() {
+		t.Errorf("done = %+v; want c by fence %d, then a by fence %d", got, ls[2].Fence(), ls[0].Fence())
 	}
 }
