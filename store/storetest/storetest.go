@@ -9,6 +9,17 @@
 // It checks only the contract every backend keeps. What one backend adds
 // (the file backend never taking from a live holder past its expiry) and
 // how it fails on bad state are that backend's own tests.
+//
+// Many holders of one key (M1-M5: slots, shared holds, Revoke and Cancel
+// of one holder) are checked when Backend.Many is set: every S-property
+// per holder, the slot and kind rules, FIFO across kinds, and witnesses
+// that watch holds from outside the store under contention. Within
+// DeadAfter a dead holder may still count as one (an etcd lease
+// lingers): the suite allows a claim of another kind ErrSlots until then,
+// never where DeadAfter is 0. A mismatch with the waiters alone is not
+// checked apart from one with the holders: waiters of a kind wait only
+// beside holders of that kind, so no lasting state has one without the
+// other.
 package storetest
 
 import (
