@@ -38,6 +38,7 @@ var manyTests = []struct {
 	{"DeadSlotHolderFreesOnlyItsSlot", testDeadSlotHolder},
 	{"DeadSharedHolderLeftoversToExclusive", testDeadSharedHolder},
 	{"DeadSlotHoldersLeftoversToExclusive", testDeadSlotHolders},
+	{"DeadExclusiveLeftoversToSlotAndShared", testDeadExclusive},
 	{"HistorySlots", testHistorySlots},
 	{"OnceSlots", testOnceSlots},
 }

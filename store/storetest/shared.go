@@ -22,6 +22,7 @@ func testSharedTogether(t *testing.T, b *Backend) {
 	if err != nil || d == nil {
 		t.Fatalf("a third shared claim, from another client = %v, holder %+v, %v; want it held", d, h, err)
 	}
+	alone(t, b, s)
 	for _, l := range []store.Lease{a, c, d} {
 		if l.Slot() != -1 {
 			t.Errorf("a shared lease has slot %d, want -1", l.Slot())
@@ -114,4 +115,24 @@ func testSharedWaitersTogether(t *testing.T, b *Backend) {
 	l4 := recv(t, s4, "the last shared waiter")
 	rising(t, x.Fence(), max(ls[0].Fence(), ls[1].Fence(), ls[2].Fence()), l.Fence(), l4.Fence())
 	release(t, l4)
+}
+
+// alone checks that an exclusive claim waits for the last shared holder
+// when the first has gone: no holder of any kind may remain.
+func alone(t *testing.T, b *Backend, s store.Store) {
+	t.Helper()
+	first := acquire(t, s, "sh2", b.sharedClaim("first"))
+	second := acquire(t, s, "sh2", b.sharedClaim("second"))
+	release(t, first)
+	if h := busy(t, s, "sh2", b.claim("x")); h.Fence != second.Fence() {
+		t.Errorf("an exclusive claim beside the second shared holder is told of %+v; want that holder", h)
+	}
+	release(t, second)
+	x := b.claim("x")
+	x.Wait = false
+	l, h, err := s.Acquire(t.Context(), "sh2", x)
+	if err != nil || l == nil {
+		t.Fatalf("an exclusive claim once every shared holder released = %v, holder %+v, %v", l, h, err)
+	}
+	release(t, l)
 }

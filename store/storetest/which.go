@@ -249,6 +249,29 @@ func testDeadSlotHolders(t *testing.T, b *Backend) {
 	release(t, x)
 }
 
+// The leftovers of an exclusive holder that died go to whoever takes the
+// key next, whatever its kind: a slot holder in slot 0, a shared holder
+// (S2, M3).
+func testDeadExclusive(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	for _, c := range []store.Claim{b.slotClaim("slot", 2), b.sharedClaim("shared")} {
+		key := "de-" + c.Name
+		marker := "STORETEST_TREE=dead-exclusive-before-" + c.Name
+		dead := b.spawn(t, desc, key, marker)
+		dead.acquired(guard)
+		dead.Kill()
+		l := b.acquireAfterDeath(t, s, key, c)
+		slot := 0
+		if c.Shared {
+			slot = -1
+		}
+		if p := l.Predecessor(); p == nil || !slices.Contains(leftovers(p), marker) || l.Slot() != slot {
+			t.Errorf("the %s taker after a dead exclusive holder has slot %d, predecessor %+v; want slot %d, leftovers with %q", c.Name, l.Slot(), p, slot, marker)
+		}
+		release(t, l)
+	}
+}
+
 // acquireAfterDeath acquires key for c after its holders died. Until
 // DeadAfter has passed a dead holder may still count as one, so a claim
 // of another kind may meet ErrSlots until then; where DeadAfter is 0 it
