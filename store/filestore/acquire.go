@@ -39,6 +39,9 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	if claim.TTL <= 0 {
 		return nil, nil, fmt.Errorf("filestore: ttl %v is not positive", claim.TTL)
 	}
+	if err := store.ValidateClaimKind(claim); err != nil {
+		return nil, nil, fmt.Errorf("filestore: %w", err)
+	}
 	if ctx.Err() != nil {
 		return nil, nil, fmt.Errorf("filestore: acquire %q: %w", key, context.Cause(ctx))
 	}
@@ -61,6 +64,7 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 		claim.Clock = boottime.Now
 	}
 	a := &acquirer{s: s, key: key, kd: kd, claim: claim}
+	a.kind, a.slots = store.KindOf(claim)
 	l, holder, err := a.acquire(ctx, g)
 	if l == nil {
 		kd.Close()
@@ -75,6 +79,8 @@ type acquirer struct {
 	key   string
 	kd    dir
 	claim store.Claim
+	kind  store.Kind // of the claim, and its slots (holders.go)
+	slots int
 	entry *ownEntry // our queue entry while we wait
 	last  uint64    // the highest sequence number seen in the queue
 	// ahead are the sequence numbers, ascending, of the entries that may
@@ -87,11 +93,14 @@ type acquirer struct {
 	saidMoved bool
 }
 
-// busy says who is in the way: whom to report, and the lock to wait on.
+// busy says who is in the way: whom to report, and the lock to wait on:
+// the queue entry ahead (wait, name), else the live of any of the slots
+// lives (holders.go).
 type busy struct {
 	holder *store.Holder
 	wait   dir
 	name   string
+	lives  []int
 	moved  bool // a holder whose files were moved away: poll for its claim
 }
 
@@ -109,7 +118,7 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 		return nil, nil, err
 	}
 	if n := len(a.ahead); n > 0 {
-		b.wait, b.name = a.entry.qd, formatSeq(a.ahead[n-1])
+		b.wait, b.name, b.lives = a.entry.qd, formatSeq(a.ahead[n-1]), nil
 	}
 	a.s.log.Debug("waiting for the lease", "key", a.key, "entry", a.entry.name)
 	for {
@@ -125,10 +134,10 @@ func (a *acquirer) acquire(ctx context.Context, g int) (*Lease, *store.Holder, e
 }
 
 // waitTurn sleeps in the kernel until the lock in our way (b) is
-// released, and then tries again under the guard: the holder's live lock
-// when we are at the head of the queue, else the entry lock of the waiter
-// just ahead. A release, a death and a departure all drop that lock, and
-// wake us (and nobody else) at once.
+// released, and then tries again under the guard: the holders' live
+// locks when we are at the head of the queue, else the entry lock of the
+// waiter just ahead. A release, a death and a departure all drop that
+// lock, and wake us (and nobody else) at once.
 func (a *acquirer) waitTurn(ctx context.Context, b busy) (*Lease, busy, error) {
 	var err error
 	if b.moved {
@@ -138,8 +147,10 @@ func (a *acquirer) waitTurn(ctx context.Context, b busy) (*Lease, busy, error) {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
-	} else {
+	} else if b.name != "" {
 		err = waitUnlocked(ctx, b.wait, b.name)
+	} else {
+		err = a.waitLives(ctx, b.lives)
 	}
 	if ctx.Err() != nil {
 		return nil, b, fmt.Errorf("filestore: waiting for %q: %w", a.key, context.Cause(ctx))
@@ -181,75 +192,69 @@ func waitUnlocked(ctx context.Context, d dir, name string) error {
 	return nil
 }
 
-// attempt takes the lease if it is our turn and live is free. The caller
-// holds the guard exclusively. It reads the record, our own entry and the
-// entries just ahead of ours (dead ones are removed on the way), never
-// the rest of the queue.
+// attempt takes the lease if it is our turn and a slot our claim may take
+// is free. The caller holds the guard exclusively. It reads the slots'
+// records, our own entry and the entries just ahead of ours (dead ones
+// are removed on the way), never the rest of the queue.
 func (a *acquirer) attempt(g int) (*Lease, busy, error) {
-	rf, rec, cur, err := openRecord(a.kd)
+	ks, err := a.readSlots(g)
 	if err != nil {
 		return nil, busy{}, err
 	}
-	l, b, err := a.attemptOn(g, rf, rec, cur)
-	if l == nil {
-		rf.close()
-	}
+	l, b, err := a.attemptOn(g, ks)
+	ks.close() // all but what the lease keeps
 	return l, b, err
 }
 
-// attemptOn is attempt with the record read, through rf, kept open for
-// the take.
-func (a *acquirer) attemptOn(g int, rf keptFile, rec record, cur statefs.Slotted) (*Lease, busy, error) {
+// attemptOn is attempt with the slots read, their records open for the
+// take.
+func (a *acquirer) attemptOn(g int, ks keySlots) (*Lease, busy, error) {
 	if err := a.stillQueued(); err != nil {
 		return nil, busy{}, err
 	}
+	served := ks.served()
 	if a.entry == nil {
-		if err := a.listQueue(rec); err != nil {
+		if err := a.listQueue(served); err != nil {
 			return nil, busy{}, err
 		}
 	}
-	next, err := a.next(rec)
+	next, err := a.next(served)
 	if err != nil {
 		return nil, busy{}, err
 	}
-	live, free, err := a.lockLive(g)
-	if err != nil {
-		return nil, busy{}, err
-	}
-	if free && next == nil {
-		return a.takeIfNotMoved(rec, cur, rf, live, g)
-	}
-	unix.Close(live) // and with it the lock, if we got it out of turn
-	b := busy{wait: a.kd, name: liveFile}
-	switch {
-	case free:
-		h := next.w.holder()
-		b.holder = &h
-	default:
-		b.holder = rec.Holder.holder(rec.Fence)
-		if b.holder == nil { // live held without a record: not ours to describe
-			b.holder = &store.Holder{Name: unrecordedHolder, Fence: rec.Fence}
+	if a.entry == nil {
+		// Once queued, everyone ahead and every holder since was of our
+		// kind: they were checked against us, or we against them.
+		if err := ks.sameKind(a.kind, a.slots, next); err != nil {
+			return nil, busy{}, fmt.Errorf("filestore: %q: %w", a.key, err)
 		}
 	}
+	take, wait, in := ks.pick(a.kind, a.slots)
+	if take >= 0 && next == nil {
+		return a.takeIfNotMoved(ks, take, g)
+	}
+	b := busy{holder: in, lives: wait}
+	if take >= 0 {
+		h := next.w.holder()
+		b.holder = &h
+	}
 	if next != nil && a.entry != nil {
-		b.wait, b.name = a.entry.qd, next.name
+		b.wait, b.name, b.lives = a.entry.qd, next.name, nil
 	}
 	return nil, b, nil
 }
 
-// takeIfNotMoved takes the lease (see take) unless a holder whose key
+// takeIfNotMoved takes slot i (see take) unless a holder of it whose key
 // directory was moved away still runs: then it is in the way.
-func (a *acquirer) takeIfNotMoved(rec record, cur statefs.Slotted, rf keptFile, live, g int) (*Lease, busy, error) {
-	c, moved, err := a.s.claim(a.key)
+func (a *acquirer) takeIfNotMoved(ks keySlots, i, g int) (*Lease, busy, error) {
+	c, moved, err := a.s.claim(a.key, i)
 	if err != nil {
-		unix.Close(live)
 		return nil, busy{}, err
 	}
 	if !moved {
-		l, err := a.take(rec, cur, rf, live, c, g)
+		l, err := a.take(ks, i, c, g)
 		return l, busy{}, err
 	}
-	unix.Close(live)
 	if !a.saidMoved {
 		a.saidMoved = true
 		a.s.log.Warn("a holder of this key whose key directory was moved or deleted still runs; waiting for it", "key", a.key)
@@ -257,9 +262,10 @@ func (a *acquirer) takeIfNotMoved(rec record, cur statefs.Slotted, rf keptFile, 
 	return nil, busy{moved: true, holder: &store.Holder{Name: "a holder whose key directory was moved or deleted (its command is being stopped)"}}, nil
 }
 
-// lockLive opens live and tries its lock: free is whether we got it.
-func (a *acquirer) lockLive(g int) (live int, free bool, err error) {
-	live, err = a.kd.OpenFile(liveFile, unix.O_RDONLY|unix.O_CREAT)
+// lockLive opens live in the slot directory sd and tries its lock: free
+// is whether we got it.
+func (a *acquirer) lockLive(sd dir, g int, ks keySlots) (live int, free bool, err error) {
+	live, err = sd.OpenFile(liveFile, unix.O_RDONLY|unix.O_CREAT)
 	if err != nil {
 		return -1, false, err
 	}
@@ -267,14 +273,14 @@ func (a *acquirer) lockLive(g int) (live int, free bool, err error) {
 	case nil:
 		return live, true, nil
 	case unix.EWOULDBLOCK:
-		if what := a.lockedHere(live, g); what != "" {
+		if what := a.lockedHere(sd, live, g, ks); what != "" {
 			unix.Close(live)
-			return -1, false, fmt.Errorf("%w: %s is %s under a second name (a hard link): its lock is one this process holds as it looks, so nobody could ever take the key", store.ErrCorrupt, a.kd.Join(liveFile), what)
+			return -1, false, fmt.Errorf("%w: %s is %s under a second name (a hard link): its lock is one this process holds as it looks, so nobody could ever take the key", store.ErrCorrupt, sd.Join(liveFile), what)
 		}
 		return live, false, nil
 	default:
 		unix.Close(live)
-		return -1, false, fmt.Errorf("filestore: lock %s: %w", a.kd.Join(liveFile), err)
+		return -1, false, fmt.Errorf("filestore: lock %s: %w", sd.Join(liveFile), err)
 	}
 }
 
@@ -294,14 +300,10 @@ func (a *acquirer) stillQueued() error {
 // listQueue lists the queue's names, before we queue: the highest
 // sequence number (ours will be above it), and the entries ahead. Only
 // names are read here, no entry.
-func (a *acquirer) listQueue(rec record) error {
-	if rec.Holder != nil {
-		// Never the name of the holder's own entry, which status leaves
-		// out while it is being removed (take).
-		if n, ok := parseSeq(rec.Holder.Entry); ok && n > a.last {
-			a.last = n
-		}
-	}
+func (a *acquirer) listQueue(served uint64) error {
+	// Never the name of a holder's own entry, which status leaves out
+	// while it is being removed (take).
+	a.last = max(a.last, served)
 	qd, err := a.kd.OpenDir(queueDir, false)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -333,15 +335,11 @@ func (a *acquirer) listQueue(rec record) error {
 // next is the live entry nearest ahead of ours (of the queue's end, before
 // we queue), nil if none: then we are next. It reads entries from the end
 // of a.ahead, dropping those gone, dead (removed: the caller holds the
-// guard exclusively) or already served: every entry up to the holder's own
-// took its turn or left before the holder took its.
-func (a *acquirer) next(rec record) (*queued, error) {
+// guard exclusively) or already served: every entry up to a holder's own
+// took its turn or left before that holder took its (keySlots.served).
+func (a *acquirer) next(served uint64) (*queued, error) {
 	if len(a.ahead) == 0 {
 		return nil, nil // nothing to read: the queue is not opened
-	}
-	var served uint64
-	if rec.Holder != nil {
-		served, _ = parseSeq(rec.Holder.Entry)
 	}
 	qd, err := a.kd.OpenDir(queueDir, false)
 	if errors.Is(err, os.ErrNotExist) {
@@ -375,19 +373,25 @@ func (a *acquirer) next(rec record) (*queued, error) {
 	return nil, nil
 }
 
-// lockedHere names what live, open as fd and found locked, is a second
-// name of among the files this acquirer holds locked itself: the guard g
-// (which every acquirer holds as it looks) or its own queue entry. Only a
-// hard link made by hand (ln -f guard live) does that, and then live looks
-// held for good to everyone. It is asked only once live was found locked,
-// so a free key's take pays nothing.
-func (a *acquirer) lockedHere(live, g int) string {
-	id, err := statefs.IDOf(live, a.kd.Join(liveFile))
+// lockedHere names what live in sd, open as fd and found locked, is a
+// second name of among the files this acquirer holds locked itself: the
+// guard g (which every acquirer holds as it looks), the live of a slot
+// read before (ks) or its own queue entry. Only a hard link made by hand
+// (ln -f guard live) does that, and then live looks held for good to
+// everyone. It is asked only once live was found locked, so a free key's
+// take pays nothing.
+func (a *acquirer) lockedHere(sd dir, live, g int, ks keySlots) string {
+	id, err := statefs.IDOf(live, sd.Join(liveFile))
 	if err != nil {
 		return ""
 	}
 	if gid, err := statefs.IDOf(g, a.kd.Join(guardFile)); err == nil && gid == id {
 		return "the key's guard " + a.kd.Join(guardFile) + " (release --force clears it)"
+	}
+	for _, st := range ks {
+		if lid, err := statefs.IDOf(st.live, st.d.Join(liveFile)); err == nil && st.free && lid == id {
+			return "the lock file " + st.d.Join(liveFile) + " (release --force clears it)"
+		}
 	}
 	if e := a.entry; e != nil {
 		if eid, err := statefs.IDOf(e.fd, e.qd.Join(e.name)); err == nil && eid == id {
@@ -398,116 +402,165 @@ func (a *acquirer) lockedHere(live, g int) string {
 }
 
 // taking is what a take holds before its record is written: released
-// all together (undo) when a step fails.
+// all together (undo) when a step fails. The slot's live and record are
+// its slotState's until the Lease keeps them.
 type taking struct {
-	live   int              // open and locked
-	claim  *unixsock.Claim  // our claim on the key (moved_linux.go)
+	st     *slotState       // the slot taken, live locked
+	claim  *unixsock.Claim  // our claim on the slot (moved_linux.go)
 	guard  keptFile         // for the renewals, until the release: the caller's g
 	notify *notify.Listener // listening before the record names it
 	token  string
 	term   store.Term // from before the record's expiry is stamped
 }
 
-// undo lets go of what t holds but the guard, which stays the caller's.
+// undo lets go of what t holds but the guard, which stays the caller's,
+// and the slot's files, which stay its slotState's.
 func (t *taking) undo() {
 	if t.notify != nil {
 		t.notify.Close()
 	}
 	t.claim.Release()
-	unix.Close(t.live)
 }
 
-// take writes the record that makes us the holder over rec (read as cur
-// through rf) and returns the Lease, which keeps rf, and g, the guard the
-// caller holds, for its writes: the caller then only unlocks g (letGo).
-// live is open and locked, c is our claim on the key.
-func (a *acquirer) take(rec record, cur statefs.Slotted, rf keptFile, live int, c *unixsock.Claim, g int) (*Lease, error) {
-	t := &taking{live: live, claim: c, guard: keptFile{fd: -1}}
-	next, err := a.prepare(t, rec, g)
-	if err != nil {
-		t.undo()
-		return nil, err
-	}
-	// The fence is durable in its reservation; the record need not be
-	// (internal/statefs): one write in place, through rf.
-	data := next.marshal()
-	kept := rf
-	err = a.kd.WriteSlottedFD(rf.fd, leaseFile, cur, data, false)
-	if err == nil && !cur.InPlace(data) {
-		// Made whole, a new file: open for the renewals too, under the
-		// guard, the file we wrote.
-		kept, err = keepFile(a.kd, leaseFile, unix.O_RDWR)
-		if err == nil {
-			rf.close()
+// take writes the record that makes us the holder of slot i of ks, whose
+// directory it makes if it has none, and returns the Lease, which keeps
+// the slot's directory, live and record, and g, the guard the caller
+// holds, for its writes: the caller then only unlocks g (letGo). c is our
+// claim on the slot.
+func (a *acquirer) take(ks keySlots, i int, c *unixsock.Claim, g int) (*Lease, error) {
+	st := ks.slot(i)
+	if st == nil {
+		var err error
+		if st, err = a.newSlot(i, g); err != nil {
+			c.Release()
+			return nil, err
 		}
+		defer st.close()
+	}
+	t := &taking{st: st, claim: c}
+	var next record
+	var kept keptFile
+	var err error
+	t.guard, err = keepGuard(a.kd, g)
+	if err == nil {
+		next, err = a.prepare(t, ks)
+	}
+	if err == nil {
+		kept, err = a.write(st, next)
 	}
 	if err != nil {
 		t.undo()
 		return nil, err
 	}
+	st.taken = true
 	left := a.leaveInBackground()
-	a.clearAfter(rec)
-	if rec.Holder != nil && !rec.Revoked {
-		// A holder that died holding: its holding ends here, how unknown
-		// (history.go); a revoked one's end is the revoker's.
-		if err := historyEnded(a.kd, rec.Holder, rec.Fence, time.Time{}, store.Ending{How: store.EndUnknown}); err != nil {
-			a.s.log.Warn("could not write the dead holder's holding to the key's history", "key", a.key, "error", err)
+	dead := a.clearAfter(st)
+	if a.kind == store.KindExclusive {
+		// It runs alone: nothing a dead holder of another slot left
+		// may still run, and their trees are now in its record.
+		for _, o := range ks[1:] {
+			if d := a.clearAfter(o); dead == nil {
+				dead = d
+			}
 		}
 	}
-	pred := rec.Predecessor
-	if rec.Holder != nil {
-		pred = rec.Holder // live was free: its holder died holding the lease
+	if dead == nil {
+		dead = &store.Holder{Fence: st.rec.Fence} // pruned, or none
 	}
-	l := a.lease(t, predecessor(pred, rec.Fence, a.s.mark(next.Leftovers)), next, kept, left)
+	pred := store.PredecessorOf(dead, a.s.mark(next.Leftovers))
+	l := a.lease(t, pred, next, kept, left)
 	if pred != nil {
-		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", rec.Fence, "fence", next.Fence)
+		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", pred.Fence, "fence", next.Fence)
 	}
-	a.s.log.Debug("acquired", "key", a.key, "fence", next.Fence)
+	a.s.log.Debug("acquired", "key", a.key, "fence", next.Fence, "slot", l.Slot())
 	return l, nil
 }
 
+// newSlot makes slot i's directory and reads it, as readSlot does: free,
+// its live locked by us.
+func (a *acquirer) newSlot(i, g int) (*slotState, error) {
+	sd, err := openSlot(a.kd, i, true)
+	if err != nil {
+		return nil, err
+	}
+	st, err := a.readSlot(slotDir{i: i, d: sd}, g, nil)
+	if err == nil && !st.free {
+		st.close()
+		err = fmt.Errorf("filestore: %s is locked, yet its slot was not listed", sd.Join(liveFile))
+	}
+	return st, err
+}
+
+// write writes next as the record of the slot st, over what st read,
+// through st.rf, and returns the record file the lease keeps.
+func (a *acquirer) write(st *slotState, next record) (keptFile, error) {
+	// The fence is durable in its reservation; the record need not be
+	// (internal/statefs): one write in place, through rf.
+	data := next.marshal()
+	if err := st.d.WriteSlottedFD(st.rf.fd, leaseFile, st.cur, data, false); err != nil {
+		return keptFile{fd: -1}, err
+	}
+	if st.cur.InPlace(data) {
+		return st.rf, nil
+	}
+	// Made whole, a new file: open for the renewals too, under the
+	// guard, the file we wrote.
+	kept, err := keepFile(st.d, leaseFile, unix.O_RDWR)
+	if err == nil {
+		st.rf.close()
+	}
+	return kept, err
+}
+
 // prepare gets what the record will name, in t, and returns the record:
-// a token, the guard kept open (g, still the file named guard), the socket listened on before the write (so that no
-// revocation or cancel after the write can miss us), and the next fence.
-func (a *acquirer) prepare(t *taking, rec record, g int) (record, error) {
+// a token, the socket listened on before the write (so that no
+// revocation or cancel after the write can miss us), and the next fence,
+// above every slot's. An exclusive holder's record carries the trees of
+// every dead holder of the key; any other the trees of its slot's.
+func (a *acquirer) prepare(t *taking, ks keySlots) (record, error) {
+	st := t.st
 	var err error
 	if t.token, err = newToken(); err != nil {
 		return record{}, err
 	}
-	if t.guard, err = keepGuard(a.kd, g); err != nil {
+	if t.notify, err = listenNotify(st.d, a.kd.FileMode()); err != nil {
 		return record{}, err
 	}
-	if t.notify, err = listenNotify(a.kd, a.kd.FileMode()); err != nil {
-		return record{}, err
-	}
-	atLeast := rec.Fence + 1
+	top := max(ks.maxFence(), st.rec.Fence)
+	atLeast := top + 1
 	if a.saidMoved { // a live holder whose files are gone: S4 across them
 		atLeast = max(atLeast, a.s.fences().RestartFloor(time.Now()))
 	}
 	fence, err := a.s.nextFence(atLeast)
-	if rec.Fence >= statefs.FenceMax-statefs.FenceBlock && errors.Is(err, statefs.ErrUsedUp) {
+	if top >= statefs.FenceMax-statefs.FenceBlock && errors.Is(err, statefs.ErrUsedUp) {
 		// The record's fence used the fences up, whatever the
 		// reservation the error names holds: say which file release
 		// --force repairs.
-		err = fmt.Errorf("%w: %s: fence %d is too near the limit: %w", store.ErrCorrupt, a.kd.Join(leaseFile), rec.Fence, statefs.ErrUsedUp)
+		err = fmt.Errorf("%w: %s: fence %d is too near the limit: %w", store.ErrCorrupt, st.d.Join(leaseFile), top, statefs.ErrUsedUp)
 	}
 	if err != nil {
 		return record{}, err
 	}
+	// Every tree that may still run: what earlier holders left
+	// unconfirmed, and the dead holder's (or the pruned one's) own.
+	trees := st.rec.trees()
+	if a.kind == store.KindExclusive {
+		for _, o := range ks {
+			if o != st {
+				trees = store.PassOn(trees, o.rec.trees()...)
+			}
+		}
+	}
 	t.term = store.Term{Start: a.claim.Clock(), TTL: a.claim.TTL}
 	now := a.s.now()
-	next := record{
-		// Every tree that may still run: what earlier holders left
-		// unconfirmed, and the dead holder's (or the pruned one's) own.
-		Leftovers: rec.trees(),
-		Fence:     fence,
-		Version:   rec.Version + 1,
-		Token:     t.token,
-		Holder: &holderRecord{
-			Name: a.claim.Name, PID: os.Getpid(), Host: a.s.host, Reason: a.claim.Reason,
-			Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Notify: t.notify.Name(),
-			Acquired: now, Expires: now.Add(a.claim.TTL),
-		},
+	next := record{Leftovers: trees, Fence: fence, Version: st.rec.Version + 1, Token: t.token}
+	next.Holder = &holderRecord{
+		Kind: a.kind, Name: a.claim.Name, PID: os.Getpid(), Host: a.s.host, Reason: a.claim.Reason,
+		Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Notify: t.notify.Name(),
+		Acquired: now, Expires: now.Add(a.claim.TTL),
+	}
+	if a.kind == store.KindSlot {
+		next.Holder.Slots, next.Holder.Slot = a.slots, st.i
 	}
 	if a.entry != nil {
 		next.Holder.Entry = a.entry.name
@@ -535,22 +588,48 @@ func (a *acquirer) leaveInBackground() chan struct{} {
 	return left
 }
 
-// clearAfter removes what the holder before us left that is ours to
-// remove now: a dead holder's socket, an old cancel request.
-func (a *acquirer) clearAfter(rec record) {
+// clearAfter removes what the holder before us left in slot st that is
+// ours to remove now: a dead holder's socket, an old cancel request; a
+// dead holder's holding ends in the history, how unknown; and it returns
+// that dead holder (or a pruned one), whose trees are in our record. A
+// slot not ours (an exclusive take's others) gets a free record too.
+func (a *acquirer) clearAfter(st *slotState) *store.Holder {
+	rec := st.rec
 	if rec.Holder != nil && isNotifyName(rec.Holder.Notify) {
-		unixsock.Remove(a.kd.FD, rec.Holder.Notify) // the dead holder's socket
+		unixsock.Remove(st.d.FD, rec.Holder.Notify) // the dead holder's socket
 	}
-	if err := unix.Unlinkat(a.kd.FD, cancelFile, 0); err != nil && err != unix.ENOENT {
-		a.s.log.Warn("cannot remove an old cancel request", "path", a.kd.Join(cancelFile), "error", err)
+	if err := unix.Unlinkat(st.d.FD, cancelFile, 0); err != nil && err != unix.ENOENT {
+		a.s.log.Warn("cannot remove an old cancel request", "path", st.d.Join(cancelFile), "error", err)
 	}
+	if rec.Holder != nil && !rec.Revoked {
+		// A holder that died holding: its holding ends here, how unknown
+		// (history.go); a revoked one's end is the revoker's.
+		if err := historyEnded(a.kd, rec.Holder, rec.Fence, time.Time{}, store.Ending{How: store.EndUnknown}); err != nil {
+			a.s.log.Warn("could not write the dead holder's holding to the key's history", "key", a.key, "error", err)
+		}
+	}
+	if !st.taken && !rec.free() {
+		free := record{Fence: rec.Fence, Version: rec.Version + 1}
+		if err := st.d.WriteSlottedFD(st.rf.fd, leaseFile, st.cur, free.marshal(), false); err != nil {
+			a.s.log.Warn("could not clear a dead holder's record; its trees stay listed twice", "path", st.d.Join(leaseFile), "error", err)
+		}
+	}
+	pred := rec.Predecessor
+	if rec.Holder != nil {
+		pred = rec.Holder // live was free: its holder died holding the lease
+	}
+	if pred == nil {
+		return nil
+	}
+	return pred.holder(rec.Fence)
 }
 
 // lease is the Lease of a take that wrote next after pred,
 // and starts its watchers.
 func (a *acquirer) lease(t *taking, pred *store.Holder, next record, kept keptFile, left chan struct{}) *Lease {
 	l := &Lease{
-		s: a.s, key: a.key, kd: a.kd, live: t.live, fence: next.Fence, token: t.token,
+		s: a.s, key: a.key, kd: a.kd, sd: t.st.d, slot: t.st.i, kind: a.kind,
+		live: t.st.live, fence: next.Fence, token: t.token,
 		ttl: a.claim.TTL, clock: a.claim.Clock, term: t.term,
 		version: next.Version, cgroup: a.claim.Cgroup != "", pred: pred,
 		changes: make(chan struct{}, 1), left: left, guard: t.guard, record: kept,
@@ -578,7 +657,10 @@ func (a *acquirer) enqueue() error {
 	if err != nil {
 		return err
 	}
-	entry := waiterRecord{PID: os.Getpid(), Host: a.s.host, Name: a.claim.Name, Reason: a.claim.Reason, Since: a.s.now()}
+	entry := waiterRecord{Kind: a.kind, PID: os.Getpid(), Host: a.s.host, Name: a.claim.Name, Reason: a.claim.Reason, Since: a.s.now()}
+	if a.kind == store.KindSlot {
+		entry.Slots = a.slots
+	}
 	data := entry.marshal()
 	for seq := a.last + 1; ; seq++ {
 		name := formatSeq(seq)
@@ -743,15 +825,4 @@ func readEntry(qd dir, name string) (queued, bool, error) {
 
 func sortQueue(q []queued) {
 	slices.SortFunc(q, func(a, b queued) int { return cmp.Compare(a.seq, b.seq) })
-}
-
-// predecessor describes what a new holder must stop before its command
-// starts: the dead holder h (or, pruned, only its fence), with every tree
-// still to stop.
-func predecessor(h *holderRecord, fence uint64, leftovers []store.Leftover) *store.Holder {
-	dead := h.holder(fence)
-	if dead == nil {
-		dead = &store.Holder{Fence: fence}
-	}
-	return store.PredecessorOf(dead, leftovers)
 }

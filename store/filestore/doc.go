@@ -5,25 +5,36 @@
 //
 // It guarantees, on one host:
 //
-//   - S1: exclusion by kernel lock. The holder keeps flock(LOCK_EX) on the
-//     key's live file for the whole lease; the kernel drops it when the
+//   - S1: exclusion by kernel lock. Each holder keeps flock(LOCK_EX) on its
+//     slot's live file for the whole lease; the kernel drops it when the
 //     holder dies, however it dies, so a dead holder's lease is taken over
 //     at once (its leftovers become the new Lease's Predecessor), and a live
 //     one's never, even past its expiry or while it is stopped. A key
 //     directory moved or deleted under a holder ends its lease, and no
-//     newcomer starts beside it (moved_linux.go).
+//     newcomer starts in its slot beside it (moved_linux.go).
+//   - M1-M3: many holders of one key (holders.go): slot 0 is the key
+//     directory, slot i holders/<i>, one holder each. --slots N holders
+//     take the lowest free slot of N; shared ones any slot, never beside
+//     an exclusive one, which takes slot 0 with every slot free and
+//     inherits every dead holder's leftovers. Each holder renews, is
+//     fenced, revoked, cancelled and found dead alone; a dead one frees
+//     its slot alone, its leftovers to that slot's next holder. A claim
+//     of another kind than the key's live holders' or nearest waiter's is
+//     store.ErrSlots.
 //   - S4: fences come from one counter per store, handed out only under a
 //     durable reservation, so they never repeat or go back across crashes,
-//     reboots, repairs and Prune (internal/statefs).
+//     reboots, repairs and Prune (internal/statefs); a take's is above
+//     every slot record's too.
 //   - S5, B5: every change of a record is made under the key's guard lock,
 //     as one write in place into the older of two checksummed slots:
 //     readers see the old record or the new one, and a write cut at any
 //     byte leaves the one before. Renewals are compare-and-swaps (Lease).
 //   - S5: a holder hears of a revocation or a cancel request at once, by
 //     internal/notify, from any network namespace (notify_linux.go).
-//   - S10, P2: waiters are served in arrival order, each asleep in flock(2)
-//     on the one lock in its way, woken alone, reading only the entries
-//     just ahead of it; a dead waiter loses its place at once (acquire.go).
+//   - S10, P2, M2: waiters are served in arrival order across kinds, each
+//     asleep in flock(2) on the one lock in its way (the head, on each busy
+//     slot it may take), woken alone, reading only the entries just ahead
+//     of it; a dead waiter loses its place at once (acquire.go).
 //   - S6, S9: corrupt state fails closed (store.ErrCorrupt naming the file)
 //     until Revoke repairs it; nothing is followed through a symlink; the
 //     root is ours alone or a group store (access_linux.go); the token
@@ -41,5 +52,9 @@
 //     that change the key wait, and Status and List answer without it,
 //     maybe stale;
 //   - a record readable after a power cut tore both its slots: it reads as
-//     corrupt until release --force (internal/statefs, slotted.go).
+//     corrupt until release --force (internal/statefs, slotted.go);
+//   - many holders against a fencerun from before them on the same root:
+//     it sees slot 0 only, and may take it beside holders in holders/;
+//   - cheap waiting for many slots: a head waiter of --slots N sleeps on
+//     up to N threads, one per busy slot (holders.go).
 package filestore

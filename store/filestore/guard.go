@@ -104,7 +104,7 @@ func (s *Store) lockGuardRead(ctx context.Context, kd dir) (int, string, error) 
 	return g, "", err
 }
 
-// unguardedLive reports whether live in kd is held, for a reader that
+// unguardedLive reports whether live in the slot sd of kd is held, for a reader that
 // could not take the guard (lockGuardRead). It must not probe the lock as
 // ProbeLock does: a probe's LOCK_SH, however brief, makes an acquirer's
 // LOCK_EX|LOCK_NB on a free live fail, so the acquirer would see a holder
@@ -124,11 +124,11 @@ func (s *Store) lockGuardRead(ctx context.Context, kd dir) (int, string, error) 
 // holder is never reported dead, its command as leftovers to be killed.
 // A stale answer then errs towards "held", in an answer the caller marks
 // as read without the guard.
-func unguardedLive(kd dir, recorded bool) (bool, error) {
+func unguardedLive(kd, sd dir, recorded bool) (bool, error) {
 	if !lockTableShows(kd, guardFile) {
 		return recorded, nil
 	}
-	fd, err := kd.OpenFile(liveFile, unix.O_RDONLY)
+	fd, err := sd.OpenFile(liveFile, unix.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
@@ -138,7 +138,7 @@ func unguardedLive(kd dir, recorded bool) (bool, error) {
 	defer unix.Close(fd)
 	pid, err := statefs.FlockHolder(fd)
 	if err != nil {
-		return false, fmt.Errorf("filestore: read /proc/locks for %s: %w", kd.Join(liveFile), err)
+		return false, fmt.Errorf("filestore: read /proc/locks for %s: %w", sd.Join(liveFile), err)
 	}
 	return pid != 0, nil
 }

@@ -22,11 +22,13 @@ import (
 // liveness is the point: it holds, waits for or writes a lease as a real
 // process that a test can stop or kill.
 const (
-	helperMode   = "FILESTORE_TEST_HELPER" // hold, stopguard, fsize or loop
+	helperMode   = "FILESTORE_TEST_HELPER" // hold, stopguard, fsize, loop, slot or many
 	helperRoot   = "FILESTORE_TEST_ROOT"
 	helperKey    = "FILESTORE_TEST_KEY"
 	helperMarker = "FILESTORE_TEST_MARKER"
 	helperWait   = "FILESTORE_TEST_WAIT"
+	helperSlots  = "FILESTORE_TEST_SLOTS"  // the claim's Slots
+	helperShared = "FILESTORE_TEST_SHARED" // 1: a shared claim
 )
 
 func TestMain(m *testing.M) {
@@ -46,8 +48,12 @@ func runHelper(mode string) int {
 	}
 	key := os.Getenv(helperKey)
 	claim := store.Claim{Name: "helper", TTL: time.Hour, Wait: os.Getenv(helperWait) != "0", Marker: os.Getenv(helperMarker)}
+	claim.Slots, _ = strconv.Atoi(os.Getenv(helperSlots))
+	claim.Shared = os.Getenv(helperShared) == "1"
 	ctx := context.Background()
 	switch mode {
+	case "slot", "many":
+		return runManyHelper(mode, s, key, claim)
 	case "hold":
 		// Acquire, say so, hold until stdin closes, release.
 		l, _, err := s.Acquire(ctx, key, claim)

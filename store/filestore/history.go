@@ -1,10 +1,12 @@
 package filestore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,7 +18,7 @@ import (
 // A key's history (N2) is the holdings that ended, kept in chunks of
 // historyChunk holdings, the newest in the file history, older ones in
 // history.1, history.2, ... (oldest last), and the holding that lasts,
-// which is the lease record's holder. A holding is written to the history
+// which is the lease record's holder (one per slot: holders.go). A holding is written to the history
 // once, whole, when it ends: by its holder's release, with how it ended;
 // by Revoke (which the revoked holder's release then leaves alone); or,
 // for a holder that died holding, by whoever clears its record (the next
@@ -100,7 +102,8 @@ func readHistory(kd dir, limit int) ([]store.Holding, error) {
 
 // holdingOf is the holding the record's holder has with fence.
 func holdingOf(h *holderRecord, fence uint64) store.Holding {
-	return store.Holding{Fence: fence, Name: h.Name, PID: h.PID, Host: h.Host, Reason: h.Reason, Start: h.Acquired.UTC()}.Bounded()
+	_, _, slot := h.kind()
+	return store.Holding{Fence: fence, Slot: slot, Name: h.Name, PID: h.PID, Host: h.Host, Reason: h.Reason, Start: h.Acquired.UTC()}.Bounded()
 }
 
 // historyEnded adds the holding of the record's holder h, with fence,
@@ -167,18 +170,22 @@ func (s *Store) History(ctx context.Context, key string, limit int) ([]store.Hol
 	if err != nil {
 		return nil, err
 	}
-	// The holding that lasts is the record's holder's. A record that
-	// cannot be read (status says why) leaves the ended holdings to show.
-	rec, _, err := readRecord(kd)
-	switch {
-	case err != nil:
-	case rec.held():
-		hs = append(hs, holdingOf(rec.Holder, rec.Fence))
-		if len(hs) > limit {
-			hs = hs[1:]
+	// The holdings that last are the slots' holders'. A record that
+	// cannot be read (status says why) leaves the others to show.
+	sds, err := openSlots(kd)
+	if err != nil {
+		return hs, nil
+	}
+	defer closeSlots(sds)
+	var lasting []store.Holding
+	for _, sd := range sds {
+		if rec, _, err := readRecord(sd.d); err == nil && rec.held() {
+			lasting = append(lasting, holdingOf(rec.Holder, rec.Fence))
 		}
 	}
-	return hs, nil
+	slices.SortFunc(lasting, func(a, b store.Holding) int { return cmp.Compare(a.Fence, b.Fence) })
+	hs = append(hs, lasting...)
+	return hs[max(0, len(hs)-limit):], nil
 }
 
 // ForgetHistory drops a free key's history (see store.Store), under its
@@ -190,8 +197,15 @@ func (s *Store) ForgetHistory(ctx context.Context, key string) (bool, error) {
 	}
 	defer kd.Close()
 	defer unix.Close(g)
-	if held, err := kd.ProbeLock(liveFile); err != nil || held {
+	sds, err := openSlots(kd)
+	if err != nil {
 		return false, err
+	}
+	defer closeSlots(sds)
+	for _, sd := range sds {
+		if held, err := sd.d.ProbeLock(liveFile); err != nil || held {
+			return false, err
+		}
 	}
 	dropped := false
 	for i := range historyChunks {

@@ -16,10 +16,13 @@ import (
 	"github.com/fencerun/fencerun/store"
 )
 
-// Lease is a held lease of the file backend. It keeps the key's directory
-// and its live file open, live locked, until Release: the lock is what
-// tells everyone else the holder is alive, and the kernel drops it when the
-// process dies, however it dies.
+// Lease is a held lease of the file backend, in one slot of its key
+// (holders.go). It keeps the key's directory, its slot's and the slot's
+// live file open, live locked, until Release: the lock is what tells
+// everyone else the holder is alive, and the kernel drops it when the
+// process dies, however it dies. Every holder of a key, whatever its
+// slot, is this code on its slot's directory (sd): the guard, done IDs
+// and history are the key's (kd).
 //
 // Its renewals and ticks are compare-and-swaps on the record's secret
 // token and version, through the guard and record it keeps open from its
@@ -46,7 +49,10 @@ type Lease struct {
 	ending *store.Ending // how the holding ended (Ended), written with the release
 
 	mu       sync.Mutex // one operation at a time; guards the fields below
-	kd       dir
+	kd       dir        // the key's directory: guard, done, history
+	sd       dir        // the slot's: lease, live, cancel, notify (kd for slot 0)
+	slot     int
+	kind     store.Kind
 	live     int
 	version  uint64 // of the record as this lease last wrote it
 	released bool
@@ -62,9 +68,9 @@ type Lease struct {
 	guard, record keptFile
 	unlockKept    func() // unlocks guard (lockKeptGuard)
 	// held: the key directory and live as open, looked at once (stillThere).
-	heldDir, heldLive statefs.FileID
-	heldKnown         bool
-	keyPath           string // the key directory's path, by which it is looked at
+	heldDir, heldLive, heldSlot statefs.FileID
+	heldKnown                   bool
+	keyPath                     string // the key directory's path, by which it is looked at
 }
 
 // keptFile is a file of the key's directory that a lease keeps open for
@@ -118,9 +124,14 @@ func (f *keptFile) close() {
 
 var _ store.Lease = (*Lease)(nil)
 
-func (l *Lease) Key() string                { return l.key }
-func (l *Lease) Fence() uint64              { return l.fence }
-func (l *Lease) Slot() int                  { return 0 }
+func (l *Lease) Key() string   { return l.key }
+func (l *Lease) Fence() uint64 { return l.fence }
+func (l *Lease) Slot() int {
+	if l.kind == store.KindShared {
+		return -1 // its slot is the store's business (holders.go)
+	}
+	return l.slot
+}
 func (l *Lease) Env() []string              { return nil }
 func (l *Lease) Term() store.Term           { return l.term }
 func (l *Lease) Changes() <-chan struct{}   { return l.changes }
@@ -224,12 +235,12 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	rec.Version++
 	data := rec.marshal()
 	inPlace := cur.InPlace(data)
-	err = l.kd.WriteSlottedFD(l.record.fd, leaseFile, cur, data, false)
+	err = l.sd.WriteSlottedFD(l.record.fd, leaseFile, cur, data, false)
 	if !inPlace {
 		// Made whole under a new inode (WriteAtomic), or left as it was
 		// if that failed: which file the name is now is the lease's own.
 		l.record.close()
-		id, _, nerr := l.kd.Named(leaseFile)
+		id, _, nerr := l.sd.Named(leaseFile)
 		if nerr != nil {
 			return errors.Join(err, nerr)
 		}
@@ -238,7 +249,7 @@ func (l *Lease) update(ctx context.Context, change func(*record)) error {
 	if err != nil {
 		// A write cut short may still have landed whole, where the bytes
 		// it missed were there already: then it is this lease's record.
-		if now, _, rerr := readRecord(l.kd); rerr != nil || now.Token != l.token || now.Version != rec.Version {
+		if now, _, rerr := readRecord(l.sd); rerr != nil || now.Token != l.token || now.Version != rec.Version {
 			return err
 		}
 	}
@@ -295,7 +306,7 @@ func (l *Lease) guardGone(err error) error {
 func (l *Lease) readKept() (record, statefs.Slotted, error) {
 	if l.record.fd < 0 {
 		// Rewritten whole by this lease's last write: the file it wrote.
-		f, err := keepFile(l.kd, leaseFile, unix.O_RDWR)
+		f, err := keepFile(l.sd, leaseFile, unix.O_RDWR)
 		if err != nil {
 			return record{}, statefs.Slotted{}, err
 		}
@@ -305,7 +316,7 @@ func (l *Lease) readKept() (record, statefs.Slotted, error) {
 		}
 		l.record = f
 	}
-	return readRecordFD(l.kd, l.record.fd)
+	return readRecordFD(l.sd, l.record.fd)
 }
 
 // owns says whether rec (read with err) is still this lease's, as of its
@@ -350,11 +361,11 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 		return store.RequestNone, err
 	}
 	defer unix.Close(g)
-	rec, _, err := readRecord(l.kd)
+	rec, _, err := readRecord(l.sd)
 	if err := l.owns(rec, err); err != nil {
 		return store.RequestNone, err
 	}
-	data, err := l.kd.ReadFile(cancelFile)
+	data, err := l.sd.ReadFile(cancelFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return store.RequestNone, nil
 	}
@@ -364,7 +375,7 @@ func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 	}
 	fence, ok := parseCancel(data)
 	if !ok {
-		l.s.log.Warn("ignoring a cancel request that is not a fence", "path", l.kd.Join(cancelFile))
+		l.s.log.Warn("ignoring a cancel request that is not a fence", "path", l.sd.Join(cancelFile))
 		return store.RequestNone, nil
 	}
 	if fence == l.fence {
@@ -416,6 +427,7 @@ func (l *Lease) release(ctx context.Context, id string) error {
 		l.notify.Close()
 		l.guard.close()
 		l.record.close()
+		closeSlots([]slotDir{{i: l.slot, d: l.sd}})
 		l.kd.Close()
 	}()
 	unlock, err := l.lockToRelease(ctx)
@@ -437,14 +449,14 @@ func (l *Lease) release(ctx context.Context, id string) error {
 	case rec.Token == l.token, rec.Revoked && rec.Holder != nil && rec.Fence == l.fence:
 		// Leftovers not confirmed stopped stay for the next holder.
 		free := record{Fence: rec.Fence, Version: rec.Version + 1, Leftovers: rec.Leftovers}
-		werr = l.kd.WriteSlottedFD(fd, leaseFile, cur, free.marshal(), false)
+		werr = l.sd.WriteSlottedFD(fd, leaseFile, cur, free.marshal(), false)
 		if rec.Token == l.token { // a revoked holding's end is the revoker's (history.go)
 			if herr := historyEnded(l.kd, rec.Holder, l.fence, l.s.now(), l.ended()); herr != nil {
 				l.s.log.Warn("could not write the holding to the key's history", "key", l.key, "error", herr)
 			}
 		}
-		if err := unix.Unlinkat(l.kd.FD, cancelFile, 0); err != nil && err != unix.ENOENT {
-			l.s.log.Warn("cannot remove the cancel request", "path", l.kd.Join(cancelFile), "error", err)
+		if err := unix.Unlinkat(l.sd.FD, cancelFile, 0); err != nil && err != unix.ENOENT {
+			l.s.log.Warn("cannot remove the cancel request", "path", l.sd.Join(cancelFile), "error", err)
 		}
 	}
 	l.held.Release() // before live: the next holder must not wait on it
@@ -478,11 +490,11 @@ func (l *Lease) lockToRelease(ctx context.Context) (func(), error) {
 // release writes it: the kept descriptor, or -1, by the name.
 func (l *Lease) readToRelease() (record, statefs.Slotted, int, error) {
 	if l.record.fd >= 0 {
-		if id, _, err := l.kd.Named(leaseFile); err == nil && id == l.record.id {
+		if id, _, err := l.sd.Named(leaseFile); err == nil && id == l.record.id {
 			rec, cur, err := l.readKept()
 			return rec, cur, l.record.fd, err
 		}
 	}
-	rec, cur, err := readRecord(l.kd)
+	rec, cur, err := readRecord(l.sd)
 	return rec, cur, -1, err
 }

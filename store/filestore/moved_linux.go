@@ -32,8 +32,8 @@ import (
 //     store.ErrLost, the keeper stops the command and fencerun exits 76.
 //   - A second lock that nothing can unlink: from acquisition until its
 //     release (after its command's tree is gone), a holder holds an abstract
-//     unix socket name derived from the root's real path and the key
-//     (unixsock.Claim). A newcomer that has won live still needs that name;
+//     unix socket name derived from the root's real path, the key and its
+//     slot (unixsock.Claim; holders.go). A newcomer that has won live still needs that name;
 //     while a holder whose files were moved away holds it, the newcomer
 //     waits (or, without --wait, is busy), so it never starts its command
 //     beside that holder's tree. A release gives the name up before it
@@ -47,15 +47,23 @@ import (
 // leaves a holder whose files are then moved without its claim, and a
 // newcomer can start beside it until its path check (within a second)
 // stops it. Closing that needs a claim name strangers cannot compute, which
-// a store replaced whole must still lead to: not done.
+// a store replaced whole must still lead to: not done. Nor does a claim
+// cover another slot: a key directory moved away under shared or slot
+// holders lets a newcomer take another slot, or slot 0 exclusively,
+// beside them until their path check stops them (within a second).
 
 // pathCheckEvery is how often a holder checks that its files are still
 // where newcomers look.
 const pathCheckEvery = time.Second
 
-// claimName is the abstract socket name of key's holder in this store.
-func (s *Store) claimName(key string) string {
-	sum := sha256.Sum256([]byte(s.real + "\x00" + key))
+// claimName is the abstract socket name of the holder of slot of key in
+// this store (slot 0's as it always was).
+func (s *Store) claimName(key string, slot int) string {
+	in := s.real + "\x00" + key
+	if slot > 0 {
+		in += "\x00" + slotName(slot)
+	}
+	sum := sha256.Sum256([]byte(in))
 	return "fencerun/holder/" + hex.EncodeToString(sum[:16])
 }
 
@@ -65,11 +73,11 @@ func (s *Store) trusted(uid int) bool {
 	return uid == os.Geteuid() || uid == 0 || s.access.Shared && statefs.IsMember(uid, s.access.GID)
 }
 
-// claim takes the claim of key. A claim held by one of the store's users
-// is a live holder whose files were moved away: held is true. A claim
-// held by anyone else is ignored (nil, false).
-func (s *Store) claim(key string) (c *unixsock.Claim, held bool, err error) {
-	c, uid, err := unixsock.TakeClaim(s.claimName(key))
+// claim takes the claim of slot of key. A claim held by one of the
+// store's users is a live holder whose files were moved away: held is
+// true. A claim held by anyone else is ignored (nil, false).
+func (s *Store) claim(key string, slot int) (c *unixsock.Claim, held bool, err error) {
+	c, uid, err := unixsock.TakeClaim(s.claimName(key, slot))
 	if err != nil || c != nil {
 		return c, false, err
 	}
@@ -81,9 +89,10 @@ func (s *Store) claim(key string) (c *unixsock.Claim, held bool, err error) {
 }
 
 // stillThere says, in an error wrapping store.ErrLost, when the key
-// directory's path no longer names the directory open as l.kd, live in it
-// is no longer the file l holds locked, or guard or lease in it is no
-// longer the file the lease was taken under (or last wrote whole): a
+// directory's path no longer names the directory open as l.kd (nor
+// holders/<i> in it l.sd), live in the slot is no longer the file l holds
+// locked, or guard or lease is no longer the file the lease was taken
+// under (or last wrote whole): a
 // guard replaced or unlinked would no longer exclude the next writer
 // from a renewal on the one kept open (lockKeptGuard), and a record replaced
 // is one only a revocation writes whole under the holder. What l holds
@@ -97,7 +106,10 @@ func (l *Lease) stillThere() error {
 		if l.heldDir, err = statefs.IDOf(l.kd.FD, l.keyPath); err != nil {
 			return fmt.Errorf("filestore: %w", err)
 		}
-		if l.heldLive, err = statefs.IDOf(l.live, l.kd.Join(liveFile)); err != nil {
+		if l.heldLive, err = statefs.IDOf(l.live, l.sd.Join(liveFile)); err != nil {
+			return fmt.Errorf("filestore: %w", err)
+		}
+		if l.heldSlot, err = statefs.IDOf(l.sd.FD, l.sd.Path); err != nil {
 			return fmt.Errorf("filestore: %w", err)
 		}
 		l.heldKnown = true
@@ -109,13 +121,18 @@ func (l *Lease) stillThere() error {
 	if err := unix.Lstat(path, &named); err != nil || (statefs.FileID{Dev: named.Dev, Ino: named.Ino}) != l.heldDir {
 		return fmt.Errorf("%w: the key directory %s of %q (fence %d) was moved or deleted", store.ErrLost, path, l.key, l.fence)
 	}
-	if id, _, err := l.kd.Named(liveFile); err != nil || id != l.heldLive {
-		return fmt.Errorf("%w: the lock file %s of %q (fence %d) was moved or deleted", store.ErrLost, l.kd.Join(liveFile), l.key, l.fence)
+	if l.slot > 0 {
+		if id, _, err := l.kd.Named(holdersDir + "/" + slotName(l.slot)); err != nil || id != l.heldSlot {
+			return fmt.Errorf("%w: the slot directory %s of %q (fence %d) was moved or deleted", store.ErrLost, l.sd.Path, l.key, l.fence)
+		}
+	}
+	if id, _, err := l.sd.Named(liveFile); err != nil || id != l.heldLive {
+		return fmt.Errorf("%w: the lock file %s of %q (fence %d) was moved or deleted", store.ErrLost, l.sd.Join(liveFile), l.key, l.fence)
 	}
 	if id, _, err := l.kd.Named(guardFile); err != nil || id != l.guard.id {
 		return l.guardGone(nil)
 	}
-	if id, _, err := l.kd.Named(leaseFile); err != nil || id != l.record.id {
+	if id, _, err := l.sd.Named(leaseFile); err != nil || id != l.record.id {
 		return l.recordGone(nil)
 	}
 	return nil
@@ -127,7 +144,7 @@ func (l *Lease) recordGone(err error) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return fmt.Errorf("%w: the lease record %s of %q (fence %d) was replaced or deleted", store.ErrLost, l.kd.Join(leaseFile), l.key, l.fence)
+	return fmt.Errorf("%w: the lease record %s of %q (fence %d) was replaced or deleted", store.ErrLost, l.sd.Join(leaseFile), l.key, l.fence)
 }
 
 // watchPath pokes l.changes once the key's files are moved or deleted,

@@ -32,6 +32,8 @@ func (s *Store) removeFree(key string, kd dir) (bool, error) {
 			strings.HasPrefix(name, statefs.TempPrefix), isNotifyName(name):
 		case name == guardFile, name == queueDir:
 			continue
+		case name == holdersDir:
+			return false, nil // a slot is not free (pruneKey removes free ones)
 		case name == doneFile:
 			return false, nil // its done IDs are kept (O3)
 		case isAwaitName(name):
@@ -72,6 +74,35 @@ func (s *Store) removeFree(key string, kd dir) (bool, error) {
 		return false, fmt.Errorf("filestore: remove %s: %w", kd.Path, err)
 	}
 	return true, nil
+}
+
+// removeFreeSlot removes the directory of the free slot sd (i >= 1) of
+// kd, which the caller has checked under the guard it holds exclusively:
+// its record free, its live unlocked. A name in it that fencerun did not
+// put there keeps it. A waiter that sleeps on its live (holders.go) wakes,
+// as it does when the slot's holder goes; the next taker makes it anew.
+func (s *Store) removeFreeSlot(kd dir, sd slotDir) {
+	names, err := sd.d.List()
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		if name != leaseFile && name != liveFile && name != cancelFile && !isNotifyName(name) {
+			s.log.Debug("keeping a slot directory with a name that is not ours", "path", sd.d.Join(name))
+			return
+		}
+	}
+	for _, name := range names {
+		if err := unix.Unlinkat(sd.d.FD, name, 0); err != nil && err != unix.ENOENT {
+			return
+		}
+	}
+	hd, err := kd.OpenDir(holdersDir, false)
+	if err != nil {
+		return
+	}
+	defer hd.Close()
+	unix.Unlinkat(hd.FD, slotName(sd.i), unix.AT_REMOVEDIR)
 }
 
 // legacyFencesFile is the per-key reservation an earlier fencerun kept in

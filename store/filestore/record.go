@@ -40,16 +40,21 @@ type record struct {
 }
 
 type holderRecord struct {
-	Name     string    `json:"name"`
-	PID      int       `json:"pid"`
-	Host     string    `json:"host"`
-	Reason   string    `json:"reason,omitempty"`
-	Marker   string    `json:"marker,omitempty"`
-	Notify   string    `json:"notify,omitempty"` // the holder's socket; see notify_linux.go
-	Acquired time.Time `json:"acquired"`
-	Expires  time.Time `json:"expires"`
-	LastTick time.Time `json:"last_tick,omitzero"`
-	Cgroup   string    `json:"cgroup,omitempty"`
+	// Kind is how it holds (M1, M2), and with KindSlot its slot of
+	// Slots. A record of an earlier fencerun has none: exclusive.
+	Kind     store.Kind `json:"kind,omitempty"`
+	Slots    int        `json:"slots,omitempty"`
+	Slot     int        `json:"slot,omitempty"`
+	Name     string     `json:"name"`
+	PID      int        `json:"pid"`
+	Host     string     `json:"host"`
+	Reason   string     `json:"reason,omitempty"`
+	Marker   string     `json:"marker,omitempty"`
+	Notify   string     `json:"notify,omitempty"` // the holder's socket; see notify_linux.go
+	Acquired time.Time  `json:"acquired"`
+	Expires  time.Time  `json:"expires"`
+	LastTick time.Time  `json:"last_tick,omitzero"`
+	Cgroup   string     `json:"cgroup,omitempty"`
 	// CommandPID, Group and Session are written by Lease.SetCommand: with
 	// the first renewal or tick after the command started where Cgroup
 	// finds the tree, else at once.
@@ -94,6 +99,8 @@ func parseRecord(data []byte, path string) (record, error) {
 		return bad("holder without a token")
 	case r.Holder != nil && r.Holder.PID <= 0:
 		return bad("holder pid is not positive")
+	case r.Holder != nil && (r.Holder.Slot < 0 || !validKind(r.Holder.Kind, r.Holder.Slots, r.Holder.Slot)):
+		return bad(fmt.Sprintf("holder kind %q with slot %d of %d is not one fencerun writes", r.Holder.Kind, r.Holder.Slot, r.Holder.Slots))
 	case r.Predecessor != nil && r.Predecessor.PID <= 0:
 		return bad("predecessor pid is not positive")
 	}
@@ -131,7 +138,11 @@ func (h *holderRecord) holder(fence uint64) *store.Holder {
 	if h == nil {
 		return nil
 	}
+	kind, slots, slot := h.kind()
 	return &store.Holder{
+		Kind:       kind,
+		Slots:      slots,
+		Slot:       slot,
 		Name:       h.Name,
 		PID:        h.PID,
 		Host:       h.Host,
@@ -144,6 +155,19 @@ func (h *holderRecord) holder(fence uint64) *store.Holder {
 		CommandPID: h.CommandPID,
 		Cgroup:     h.Cgroup,
 	}
+}
+
+// kind is how h holds: its Kind (exclusive when it has none), and with
+// KindSlot its Slots and Slot, as store.Holder shows them.
+func (h *holderRecord) kind() (store.Kind, int, *int) {
+	switch h.Kind {
+	case store.KindSlot:
+		slot := h.Slot
+		return h.Kind, h.Slots, &slot
+	case store.KindShared:
+		return h.Kind, 0, nil
+	}
+	return store.KindExclusive, 0, nil
 }
 
 // tree is what h's command may have left running if h died (nothing, for
@@ -162,14 +186,30 @@ func (r *record) trees() []store.Leftover {
 	return store.PassOn(r.Leftovers, r.Predecessor.tree(), r.Holder.tree())
 }
 
+// validKind reports whether a record's or entry's kind, slots and slot
+// are one fencerun writes (slot -1: an entry, which has none).
+func validKind(k store.Kind, slots, slot int) bool {
+	switch k {
+	case "", store.KindExclusive, store.KindShared:
+		return slots == 0 && slot <= 0
+	case store.KindSlot:
+		return slots > 1 && slots <= store.MaxSlots && slot < slots
+	}
+	return false
+}
+
 // waiterRecord is the content of a queue entry.
 type waiterRecord struct {
-	Schema int       `json:"schema"`
-	PID    int       `json:"pid"`
-	Host   string    `json:"host"`
-	Name   string    `json:"name"`
-	Reason string    `json:"reason,omitempty"`
-	Since  time.Time `json:"since"`
+	Schema int `json:"schema"`
+	// Kind and Slots: what it waits for (M1, M2); an entry of an earlier
+	// fencerun has none: exclusive.
+	Kind   store.Kind `json:"kind,omitempty"`
+	Slots  int        `json:"slots,omitempty"`
+	PID    int        `json:"pid"`
+	Host   string     `json:"host"`
+	Name   string     `json:"name"`
+	Reason string     `json:"reason,omitempty"`
+	Since  time.Time  `json:"since"`
 }
 
 func parseWaiter(data []byte, path string) (waiterRecord, error) {
@@ -186,6 +226,9 @@ func parseWaiter(data []byte, path string) (waiterRecord, error) {
 	if w.PID <= 0 {
 		return waiterRecord{}, fmt.Errorf("%w: %s: pid is not positive", store.ErrCorrupt, path)
 	}
+	if !validKind(w.Kind, w.Slots, -1) {
+		return waiterRecord{}, fmt.Errorf("%w: %s: kind %q of %d slots is not one fencerun writes", store.ErrCorrupt, path, w.Kind, w.Slots)
+	}
 	return w, nil
 }
 
@@ -199,7 +242,14 @@ func (w *waiterRecord) marshal() []byte {
 }
 
 func (w *waiterRecord) holder() store.Holder {
-	return store.Holder{Name: w.Name, PID: w.PID, Host: w.Host, Reason: w.Reason, Acquired: w.Since}
+	h := store.Holder{Kind: w.Kind, Name: w.Name, PID: w.PID, Host: w.Host, Reason: w.Reason, Acquired: w.Since}
+	switch w.Kind {
+	case store.KindSlot:
+		h.Slots = w.Slots
+	case "":
+		h.Kind = store.KindExclusive
+	}
+	return h
 }
 
 // The cancel file holds the fence of the holder it is for, in decimal, so a
