@@ -18,6 +18,7 @@ func TestConformance(t *testing.T) {
 		},
 		Open: openRoot,
 		TTL:  time.Minute,
+		Many: true,
 	})
 }
 
