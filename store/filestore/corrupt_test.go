@@ -118,6 +118,14 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 		{"queue entry of unknown schema", "queue/00000000000000000002", write("queue/00000000000000000002", `{"schema":7,"pid":1}`)},
 		{"stranger in the queue", "queue/README", write("queue/README", "hi")},
 		{"queue entry is a directory", "queue/00000000000000000003", replaceWithDir("queue/00000000000000000003")},
+		{"garbage slot record", "holders/1/lease", write("holders/1/lease", "\x00garbage")},
+		{"slot's live is a directory", "holders/2/live", replaceWithDir("holders/2/live")},
+		{"stranger in holders", "holders/README", write("holders/README", "hi")},
+		{"slot is a file", "holders/3", write("holders/3", "hi")},
+		{"holders is a file", "holders", write("holders", "hi")},
+		{"unknown kind", "lease", slotted("lease", `{"schema":1,"fence":3,"version":6,"revoked":true,"holder":{"kind":"many","pid":1}}`)},
+		{"slot beyond slots", "holders/1/lease", slotted("holders/1/lease", `{"schema":1,"fence":3,"version":6,"revoked":true,"holder":{"kind":"slot","slots":2,"slot":2,"pid":1}}`)},
+		{"waiter of unknown kind", "queue/00000000000000000004", write("queue/00000000000000000004", `{"schema":1,"pid":1,"kind":"slot","slots":1}`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, root := newStore(t)

@@ -492,3 +492,49 @@ func TestPruneRemovesFreeSlotsAndHistoryNamesSlots(t *testing.T) {
 		t.Fatalf("Prune of a free key that had slots = %+v, %v", p, err)
 	}
 }
+
+// A slot directory moved away under its holder ends its lease, and no
+// newcomer takes its slot while that holder runs (its claim).
+func TestAMovedSlotDirectoryEndsItsLease(t *testing.T) {
+	s, root := newStore(t)
+	l0 := mustAcquire(t, s, "k", slotsClaim("zero", 2))
+	defer mustRelease(t, l0)
+	l1 := mustAcquire(t, s, "k", slotsClaim("one", 2))
+	slot := filepath.Join(keyPath(root, "k"), holdersDir, "1")
+	rename(t, slot, filepath.Join(keyPath(root, "k"), holdersDir, "9"))
+	if _, err := l1.Renew(t.Context()); !errors.Is(err, store.ErrLost) || !strings.Contains(err.Error(), "slot directory") {
+		t.Fatalf("renewal of a holder whose slot directory moved: %v; want ErrLost naming it", err)
+	}
+	if l, h, err := s.Acquire(t.Context(), "k", slotsClaim("newcomer", 2)); l != nil || h == nil || err != nil {
+		t.Fatalf("Acquire while the moved holder runs = %v, %+v, %v; want busy", l, h, err)
+	}
+	if _, err := l0.Renew(t.Context()); err != nil {
+		t.Fatalf("slot 0 beside a moved slot: %v", err)
+	}
+	mustRelease(t, l1)
+	rename(t, filepath.Join(keyPath(root, "k"), holdersDir, "9"), filepath.Join(t.TempDir(), "away"))
+	l := mustAcquire(t, s, "k", slotsClaim("newcomer", 2))
+	defer mustRelease(t, l)
+	if l.Slot() != 1 {
+		t.Fatalf("newcomer took slot %d, want 1", l.Slot())
+	}
+}
+
+// Records and queue entries of an earlier fencerun have no kind: they
+// are exclusive.
+func TestRecordsWithoutAKindAreExclusive(t *testing.T) {
+	r, err := parseRecord([]byte(`{"schema":1,"fence":3,"version":6,"token":"0123456789abcdef0123456789abcdef","holder":{"pid":7}}`), "lease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := r.Holder.holder(r.Fence); h.Kind != store.KindExclusive || h.Slot != nil || h.Slots != 0 {
+		t.Errorf("holder of a record without a kind: %+v", h)
+	}
+	w, err := parseWaiter([]byte(`{"schema":1,"pid":7}`), "entry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := w.holder(); h.Kind != store.KindExclusive {
+		t.Errorf("waiter of an entry without a kind: %+v", h)
+	}
+}
