@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -311,12 +312,17 @@ func (a *acquirer) waitLives(ctx context.Context, slots []int) error {
 		return a.waitLive(ctx, slots[0])
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	woke := make(chan error, len(slots))
+	var wg sync.WaitGroup
 	for _, i := range slots {
-		go func() { woke <- a.waitLive(ctx, i) }()
+		wg.Go(func() { woke <- a.waitLive(ctx, i) })
 	}
-	return <-woke
+	err := <-woke
+	// The others return at once, each flock left to a goroutine of
+	// LockFile's own: none of them uses a.kd after this returns.
+	cancel()
+	wg.Wait()
+	return err
 }
 
 // waitLive is waitUnlocked on slot i's live.
