@@ -32,6 +32,11 @@ type desc struct {
 	Acquired   time.Time `json:"acquired"`
 	CommandPID int       `json:"command_pid,omitempty"`
 	LastTick   time.Time `json:"last_tick,omitzero"`
+	// Kind and Slots are what it holds or waits as (many.go); Slot is the
+	// slot it took, once it holds one.
+	Kind  store.Kind `json:"kind,omitempty"`
+	Slots int        `json:"slots,omitempty"`
+	Slot  *int       `json:"slot,omitempty"`
 }
 
 // leftover is a holder's command tree, kept until it is known gone.
@@ -133,7 +138,10 @@ func (s *Store) Acquire(ctx context.Context, key string, claim store.Claim) (sto
 	if claim.Clock == nil {
 		claim.Clock = boottime.Now
 	}
-	a := &acquirer{s: s, key: key, claim: claim}
+	if err := store.ValidateClaimKind(claim); err != nil {
+		return nil, nil, fmt.Errorf("etcdstore: %w", err)
+	}
+	a := &acquirer{s: s, key: key, claim: claim, me: kindOfClaim(claim)}
 	l, h, err := a.acquire(ctx)
 	if l != nil {
 		s.historyStarted(ctx, l)
@@ -163,6 +171,7 @@ type acquirer struct {
 	s     *Store
 	key   string
 	claim store.Claim
+	me    kind // what the claim asks for (many.go)
 	id    clientv3.LeaseID
 	term  store.Term
 	myKey string
@@ -171,6 +180,13 @@ type acquirer struct {
 	// takeRev is the revision at which take last found an older
 	// contender.
 	takeRev int64
+	// known are the descriptions of the contenders ahead as the waiter
+	// queued (the set ahead only shrinks); ahead, the keys of those still
+	// there at the last read (many.go).
+	known map[string]store.Holder
+	ahead map[string]bool
+	// slot is the slot a slot holder claimed (claimSlot).
+	slot int
 	// kept is the term of the waiter's last successful keep-alive (keep),
 	// from its send time; the grant's until the first.
 	keptMu sync.Mutex
@@ -197,49 +213,103 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 	a.s.bindTick(a.claim.Marker, leftoverKey(a.key, g.ID), g.ClusterId)
 	a.term = store.Term{Start: start, TTL: time.Duration(g.TTL) * time.Second}
 	a.myKey = prefixOf(a.key) + leaseHex(g.ID)
-	a.desc = desc{Name: a.claim.Name, PID: os.Getpid(), Host: a.s.host, Reason: a.claim.Reason, Acquired: time.Now()}
-	d, _ := json.Marshal(a.desc)
-	pfx := prefixOf(a.key)
-	puts := []clientv3.Op{
-		clientv3.OpPut(a.myKey, "", clientv3.WithLease(g.ID)),
-		clientv3.OpPut(descKey(g.ID), string(d), clientv3.WithLease(g.ID)),
+	a.desc = desc{Name: a.claim.Name, PID: os.Getpid(), Host: a.s.host, Reason: a.claim.Reason, Acquired: time.Now(), Kind: a.me.k}
+	if a.me.k == store.KindSlot {
+		a.desc.Slots = a.me.n
 	}
-	// Alone under the prefix: hold at once, in this one transaction. Else
-	// read the owner, and the newest contender before ours, the one to
-	// wait for (the puts come first: ours is the newest). A waiter's
-	// leftover record is put now, marked queued: the tree it names exists
-	// only once the waiter holds, and this way its take writes nothing.
-	alone := clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()
-	octx, cancel = s.op(ctx)
-	resp, err := s.c.Txn(octx).If(alone).
-		Then(append(slices.Clone(puts), a.leftoverPut(false), clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix()))...).
-		Else(append(puts, a.leftoverPut(true), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), newest(pfx, 2))...).
-		Commit()
-	cancel()
+	resp, err := a.enqueue(ctx)
 	if err != nil {
-		return nil, nil, s.fail("put "+a.myKey, orCause(ctx, err))
+		return nil, nil, err
 	}
 	a.rev = resp.Header.Revision
 	if resp.Succeeded {
 		// The leftover record was put with the key: its create revision
 		// is the fence.
-		return a.held(resp.Header.Revision, resp.Responses[3].GetResponseRange().Kvs, nil)
-	}
-	// Not alone when the transaction ran, and it read the owner in the
-	// same revision: someone else.
-	owner := resp.Responses[3].GetResponseRange().Kvs
-	if !a.claim.Wait {
-		h, err := s.describe(ctx, owner[0])
-		if err != nil {
-			return nil, nil, err
+		if a.me.k == store.KindSlot {
+			a.slot, a.desc.Slot = 0, new(int)
 		}
-		return nil, h, nil
+		return a.held(resp.Header.Revision, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs, nil)
 	}
-	var before *mvccpb.KeyValue
-	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) == 2 && kvs[0].CreateRevision == a.rev {
-		before = kvs[1]
+	return a.queued(ctx, resp)
+}
+
+// enqueue puts the contender key "key/<lease>", its description and its
+// leftover record in one transaction. Alone under the prefix (and for a
+// slot, with slot 0 free: its slot key is put too), it holds at once and
+// reads the leftover records. Else the same puts (the leftover record
+// marked queued: the tree it names exists only once the waiter holds,
+// and this way its take writes nothing) and a read of every contender,
+// ours the newest; for a shared claim the leftover records too, for a
+// slot one the slot keys (queued).
+func (a *acquirer) enqueue(ctx context.Context) (*clientv3.TxnResponse, error) {
+	pfx := prefixOf(a.key)
+	put := clientv3.OpPut(a.myKey, "", clientv3.WithLease(a.id))
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()}
+	then, held := []clientv3.Op{put}, a.desc
+	if a.me.k == store.KindSlot {
+		held.Slot = new(int)
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(slotKey(a.key, 0)), "=", 0))
+		then = append(then, slotPut(a.key, 0, a.id))
 	}
-	return a.wait(ctx, before, resp.Header.Revision)
+	then = append(then, putDesc(a.id, held), a.leftoverPut(false), getLeftovers(a.key))
+	els := []clientv3.Op{put, putDesc(a.id, a.desc), a.leftoverPut(true), getContenders(pfx)}
+	switch a.me.k {
+	case store.KindShared:
+		els = append(els, getLeftovers(a.key))
+	case store.KindSlot:
+		els = append(els, getSlots(a.key))
+	}
+	octx, cancel := a.s.op(ctx)
+	defer cancel()
+	resp, err := a.s.c.Txn(octx).If(cmps...).Then(then...).Else(els...).Commit()
+	if err != nil {
+		return nil, a.s.fail("put "+a.myKey, orCause(ctx, err))
+	}
+	return resp, nil
+}
+
+// queued goes on with a contender that was not alone: it reads the
+// descriptions of those ahead, refuses a claim of another kind than
+// theirs (checkKinds), holds at once where they admit it (a shared claim
+// behind shared holders, a slot one behind fewer than N), and else says
+// who holds (no wait) or waits.
+func (a *acquirer) queued(ctx context.Context, resp *clientv3.TxnResponse) (*Lease, *store.Holder, error) {
+	all := resp.Responses[3].GetResponseRange().Kvs
+	ahead := aheadOf(all, a.rev)
+	hs, err := a.s.describeAll(ctx, ahead)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkKinds(a.key, a.me, hs); err != nil {
+		return nil, nil, err
+	}
+	a.known = make(map[string]store.Holder, len(hs))
+	for i, kv := range ahead {
+		a.known[string(kv.Key)] = hs[i]
+	}
+	a.setAhead(ahead)
+	if admits(a.me, a.kindsAhead()) {
+		read := resp.Responses[4].GetResponseRange().Kvs
+		if a.me.k == store.KindShared {
+			return a.held(a.rev, read, all)
+		}
+		l, n, err := a.claimSlot(ctx, read, a.rev)
+		var u unanswered
+		if errors.As(err, &u) {
+			return a.wait(ctx, next{}) // claims again while the lease lives
+		}
+		if l != nil || err != nil {
+			return l, nil, err
+		}
+		// Every slot still taken by a lost holder's slot key, which goes
+		// with its lease in a moment: waited for even without Wait.
+		return a.wait(ctx, n)
+	}
+	if !a.claim.Wait {
+		held, _ := holders(hs)
+		return nil, &held[0], nil
+	}
+	return a.wait(ctx, a.nextWait(ahead, a.rev))
 }
 
 // afterTake, set by tests, is told of every take of a waiter: whether it
@@ -251,6 +321,24 @@ var afterTake func(key string, held bool)
 func newest(pfx string, n int64, opts ...clientv3.OpOption) clientv3.Op {
 	return clientv3.OpGet(pfx, append([]clientv3.OpOption{clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(n)}, opts...)...)
+}
+
+// getContenders reads every contender under pfx, keys only, oldest
+// first.
+func getContenders(pfx string) clientv3.Op {
+	return clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+}
+
+// getLeftovers reads key's leftover records.
+func getLeftovers(key string) clientv3.Op {
+	return clientv3.OpGet(leftoversOf(key), clientv3.WithPrefix())
+}
+
+// putDesc puts the description d of the contender on lease id.
+func putDesc(id clientv3.LeaseID, d desc) clientv3.Op {
+	data, _ := json.Marshal(d) // plain data: cannot fail
+	return clientv3.OpPut(descKey(id), string(data), clientv3.WithLease(id))
 }
 
 // orCause prefers the caller's reason (a signal, --wait) to the error it
@@ -275,14 +363,14 @@ func putLeftover(key string, id clientv3.LeaseID, r leftover) clientv3.Op {
 	return clientv3.OpPut(leftoverKey(key, id), string(data))
 }
 
-// wait keeps the lease alive and waits until every contender created
-// before ours is gone, as concurrency.Mutex's waitDeletes does: it watches
-// the newest contender before ours (before, read at revision rev) until it
-// is deleted, and then tries to take the lease at once (take), which, when
-// an older contender is still there, names the next one to watch: no read
-// of its own between a deletion and the take (P7). A lost watch is
-// started again.
-func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64) (*Lease, *store.Holder, error) {
+// wait keeps the lease alive and waits for its turn, from n on: what a
+// waiter waits for (see next), then a take, which holds at once or says
+// what to wait for next, read in the same request: no read of its own
+// between a deletion and the take (P7). An exclusive waiter waits, as
+// concurrency.Mutex's waitDeletes does, until every contender created
+// before it is gone, watching the newest of them until it is deleted. A
+// lost watch is started again.
+func (a *acquirer) wait(ctx context.Context, n next) (*Lease, *store.Holder, error) {
 	s := a.s
 	kctx, stopKeep := context.WithCancel(ctx)
 	defer stopKeep() // not waited for: a keep-alive in flight ends with it
@@ -291,12 +379,10 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 	go a.keep(kctx, a.term.TTL/3)
 	s.log.Debug("waiting for the lease", "key", a.key, "lease", leaseHex(a.id))
 	for {
-		if before != nil {
-			if err := a.waitAhead(ctx, before, rev); err != nil {
-				return nil, nil, err
-			}
+		if err := a.await(ctx, n); err != nil {
+			return nil, nil, err
 		}
-		l, older, err := a.take(ctx)
+		l, after, err := a.takeAny(ctx)
 		if afterTake != nil {
 			afterTake(a.key, l != nil)
 		}
@@ -310,7 +396,7 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 			case <-ctx.Done():
 				return nil, nil, fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
 			}
-			before = nil
+			n = next{}
 			continue
 		}
 		if errors.As(err, &u) {
@@ -319,10 +405,47 @@ func (a *acquirer) wait(ctx context.Context, before *mvccpb.KeyValue, rev int64)
 		if l != nil || err != nil {
 			return l, nil, err
 		}
-		// Watched from after the revision take saw it at, so that no
-		// deletion is missed.
-		before, rev = older, a.takeRev
+		n = after
 	}
+}
+
+// next is what a waiter waits for before it takes again, watched from
+// after revision rev, at which it was read, so that no deletion is
+// missed.
+type next struct {
+	what waitFor
+	kv   *mvccpb.KeyValue // forKey: the contender ahead
+	rev  int64
+}
+
+type waitFor int
+
+const (
+	takeNow      waitFor = iota
+	forKey               // the deletion of the contender kv ahead
+	forAdmission         // deletions ahead until admitted (many.go)
+	forSlot              // a slot key's deletion (many.go)
+)
+
+func (a *acquirer) await(ctx context.Context, n next) error {
+	switch n.what {
+	case forKey:
+		return a.waitAhead(ctx, n.kv, n.rev)
+	case forAdmission:
+		return a.waitAdmitted(ctx, n.rev)
+	case forSlot:
+		return a.waitSlot(ctx, n.rev)
+	}
+	return nil
+}
+
+// takeAny is take for an exclusive waiter, takeMany for the others.
+func (a *acquirer) takeAny(ctx context.Context) (*Lease, next, error) {
+	if a.me.k != store.KindExclusive {
+		return a.takeMany(ctx)
+	}
+	l, older, err := a.take(ctx)
+	return l, next{what: forKey, kv: older, rev: a.takeRev}, err
 }
 
 // keep keeps the waiting lease alive until ctx ends: a keep-alive every
@@ -412,6 +535,12 @@ func (a *acquirer) keptTerm() (store.Term, bool) {
 // ended, or a keep-alive failed (trouble; the caller reads again), or died
 // was closed (the contender ahead died: deadahead_linux.go), or ctx ended.
 func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64, died <-chan struct{}) error {
+	return a.watchUntil(ctx, key, false, rev, died, func([]byte) bool { return true })
+}
+
+// watchUntil is waitDelete of key, or with prefix of every key under it,
+// that returns only once done says a deleted key is enough.
+func (a *acquirer) watchUntil(ctx context.Context, key string, prefix bool, rev int64, died <-chan struct{}, done func(key []byte) bool) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	// Trouble, or the death of the contender ahead, ends the watch, also
@@ -431,12 +560,16 @@ func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64, died <
 		case <-stop:
 		}
 	}()
-	for wr := range a.s.c.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+	opts := []clientv3.OpOption{clientv3.WithRev(rev + 1), clientv3.WithFilterPut()}
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	for wr := range a.s.c.Watch(wctx, key, opts...) {
 		if wr.Err() != nil {
 			break
 		}
 		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
+			if ev.Type == mvccpb.DELETE && done(ev.Kv.Key) {
 				return nil
 			}
 		}
@@ -470,28 +603,14 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 	s := a.s
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	kept := make(chan error, 1)
-	term, fresh := a.keptTerm()
-	if fresh {
-		kept <- nil
-	} else {
-		start := a.claim.Clock()
-		go func() {
-			ka, err := s.c.KeepAliveOnce(octx, a.id)
-			if err == nil {
-				term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
-			}
-			kept <- err
-		}()
-	}
+	termOf := a.takeTerm(octx)
 	pfx := prefixOf(a.key)
-	mine := clientv3.Compare(clientv3.CreateRevision(a.myKey), "=", a.rev)
 	first := clientv3.Compare(clientv3.CreateRevision(pfx), ">", a.rev-1).WithPrefix()
-	resp, err := s.c.Txn(octx).If(mine, first).
-		Then(clientv3.OpGet(leftoversOf(a.key), clientv3.WithPrefix()), clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())).
+	resp, err := s.c.Txn(octx).If(a.mine(), first).
+		Then(getLeftovers(a.key), clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())).
 		Else(clientv3.OpGet(a.myKey), newest(pfx, 1, clientv3.WithMaxCreateRev(a.rev-1))).
 		Commit()
-	kerr := <-kept
+	term, kerr := termOf()
 	if ctx.Err() != nil && (err != nil || kerr != nil) {
 		// The wait ended (-w, a signal) with the take in flight: its
 		// cause, as where the wait ends between takes.
@@ -502,12 +621,7 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 	}
 	if resp.Succeeded {
 		if kerr != nil {
-			// Held, but with no term to start the keeper from: give it
-			// back (Acquire revokes the lease), or take again.
-			if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
-				return nil, nil, s.fail("keep the lease alive", kerr)
-			}
-			return nil, nil, unanswered{s.fail("keep the lease alive", kerr)}
+			return nil, nil, a.noTerm(kerr)
 		}
 		a.term = term
 		// Its holding starts now, not when it queued: the description
@@ -517,7 +631,7 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 		return l, nil, err
 	}
 	if me := resp.Responses[0].GetResponseRange().Kvs; len(me) == 0 || me[0].CreateRevision != a.rev {
-		return nil, nil, fmt.Errorf("etcdstore: %s was deleted or its lease expired while it waited", a.myKey)
+		return nil, nil, a.waitedOut()
 	}
 	older := resp.Responses[1].GetResponseRange().Kvs
 	if len(older) == 0 {
@@ -525,6 +639,50 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 	}
 	a.takeRev = resp.Header.Revision
 	return nil, older[0], nil
+}
+
+// takeTerm is the term a take holds with: that of the waiter's last
+// keep-alive (keep) when at most half of it is gone, else that of one
+// sent now, beside the take's read; the function waits for it.
+func (a *acquirer) takeTerm(octx context.Context) func() (store.Term, error) {
+	term, fresh := a.keptTerm()
+	if fresh {
+		return func() (store.Term, error) { return term, nil }
+	}
+	kept := make(chan error, 1)
+	start := a.claim.Clock()
+	go func() {
+		ka, err := a.s.c.KeepAliveOnce(octx, a.id)
+		if err == nil {
+			term = store.Term{Start: start, TTL: time.Duration(ka.TTL) * time.Second}
+		}
+		kept <- err
+	}()
+	return func() (store.Term, error) {
+		err := <-kept
+		return term, err
+	}
+}
+
+// noTerm is the error of a take that held, but with no term to start the
+// keeper from: it gives the lease back (Acquire revokes it), or takes
+// again while the lease may live.
+func (a *acquirer) noTerm(kerr error) error {
+	if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
+		return a.s.fail("keep the lease alive", kerr)
+	}
+	return unanswered{a.s.fail("keep the lease alive", kerr)}
+}
+
+// mine is the compare that the contender key is still there with its
+// create revision.
+func (a *acquirer) mine() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(a.myKey), "=", a.rev)
+}
+
+// waitedOut is the error of a contender whose key went while it waited.
+func (a *acquirer) waitedOut() error {
+	return fmt.Errorf("etcdstore: %s was deleted or its lease expired while it waited", a.myKey)
 }
 
 // held makes the Lease once ownership is confirmed at header revision
@@ -536,6 +694,12 @@ func (a *acquirer) held(confirmed int64, records, contenders []*mvccpb.KeyValue)
 		ttl: a.term.TTL, clock: a.claim.Clock, term: a.term, host: a.s.host,
 		changes: make(chan struct{}, 1), desc: a.desc, cgroup: a.claim.Cgroup != "", ka: keepAlives{s: a.s, id: a.id},
 		left: leftover{Marker: a.claim.Marker, Cgroup: a.claim.Cgroup, Host: a.s.host, Name: a.claim.Name, PID: os.Getpid(), Fence: uint64(a.rev)},
+	}
+	switch a.me.k {
+	case store.KindShared:
+		l.slot = -1
+	case store.KindSlot:
+		l.slot, l.slotKey = a.slot, slotKey(a.key, a.slot)
 	}
 	live := waiting(a.key, contenders)
 	live[leftoverKey(a.key, a.id)] = true
@@ -648,13 +812,17 @@ func (s *Store) describeAll(ctx context.Context, kvs []*mvccpb.KeyValue) ([]stor
 	}
 	out := make([]store.Holder, len(kvs))
 	for i, kv := range kvs {
-		h := store.Holder{Name: notFencerun, Fence: uint64(kv.CreateRevision), Foreign: true}
+		h := store.Holder{Kind: store.KindExclusive, Name: notFencerun, Fence: uint64(kv.CreateRevision), Foreign: true}
 		if d := rs[2*i]; len(d.Kvs) > 0 {
 			var r desc
 			if json.Unmarshal(d.Kvs[0].Value, &r) == nil {
 				h.Foreign = false
 				h.Name, h.PID, h.Host, h.Reason, h.Acquired = r.Name, r.PID, r.Host, r.Reason, r.Acquired
 				h.CommandPID, h.LastTick = r.CommandPID, r.LastTick
+				h.Kind, h.Slots, h.Slot = r.Kind, r.Slots, r.Slot
+			}
+			if k := kindOf(h); k.k != store.KindSlot {
+				h.Kind, h.Slots, h.Slot = k.k, 0, nil
 			}
 		}
 		h.Cancel = rs[2*i+1].Count > 0

@@ -1,11 +1,13 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -45,7 +47,7 @@ func (s *Store) Status(ctx context.Context, key string) (*store.Status, error) {
 }
 
 func (s *Store) status(ctx context.Context, key string, kvs []*mvccpb.KeyValue) (*store.Status, error) {
-	st := &store.Status{Key: key, State: store.Free, Waiters: []store.Holder{}}
+	st := &store.Status{Key: key, State: store.Free, Holders: []store.Holder{}, Waiters: []store.Holder{}}
 	if err := s.leftovers(ctx, st, waiting(key, kvs)); err != nil {
 		return nil, err
 	}
@@ -56,16 +58,36 @@ func (s *Store) status(ctx context.Context, key string, kvs []*mvccpb.KeyValue) 
 	if err != nil {
 		return nil, err
 	}
-	st.State, st.Holder, st.Waiters = store.Held, &hs[0], hs[1:]
-	if id := clientv3.LeaseID(kvs[0].Lease); id != 0 {
-		octx, cancel := s.op(ctx)
-		ttl, err := s.c.TimeToLive(octx, id)
-		cancel()
-		if err == nil && ttl.TTL > 0 {
-			st.Holder.Expires = time.Now().Add(time.Duration(ttl.TTL) * time.Second)
+	held, waiters := holders(hs)
+	for i := range held {
+		if id := clientv3.LeaseID(kvs[i].Lease); id != 0 {
+			octx, cancel := s.op(ctx)
+			ttl, err := s.c.TimeToLive(octx, id)
+			cancel()
+			if err == nil && ttl.TTL > 0 {
+				held[i].Expires = time.Now().Add(time.Duration(ttl.TTL) * time.Second)
+			}
 		}
 	}
+	// By slot (one not yet claimed last), shared holders by fence: the
+	// order they were read in.
+	slices.SortStableFunc(held, func(a, b store.Holder) int {
+		return cmp.Compare(slotOrder(a), slotOrder(b))
+	})
+	st.State, st.Holders, st.Waiters = store.Held, held, waiters
+	if held[0].Kind == store.KindExclusive {
+		h := held[0]
+		st.Holder = &h
+	}
 	return st, nil
+}
+
+// slotOrder sorts holders by slot, and one without a slot after.
+func slotOrder(h store.Holder) int {
+	if h.Slot == nil {
+		return store.MaxSlots
+	}
+	return *h.Slot
 }
 
 // leftovers fills st.Leftovers from the key's leftover records, except
@@ -152,58 +174,87 @@ func lockName(kv *mvccpb.KeyValue) (string, bool) {
 	return k[:i], ok && int64(id) == kv.Lease
 }
 
-// Revoke revokes the holder's etcd lease (release --force): its keys go,
-// its watch sees the deletion, and the next waiter holds at once. A holder
-// key on no lease is deleted instead.
+// Revoke revokes the etcd lease of each holder w picks (release --force):
+// its keys go (its slot key too), its watch sees the deletion, and the
+// next waiters are admitted at once. A holder key on no lease is deleted
+// instead.
 func (s *Store) Revoke(ctx context.Context, key string, w store.Which) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	kvs, err := s.contenders(ctx, key)
-	if err != nil || len(kvs) == 0 {
+	kvs, _, err := s.picked(ctx, key, w)
+	if err != nil {
 		return false, err
 	}
-	octx, cancel := s.op(ctx)
-	defer cancel()
-	h := kvs[0]
-	if h.Lease == 0 {
-		_, err = s.c.Delete(octx, string(h.Key))
-	} else if _, err = s.c.Revoke(octx, clientv3.LeaseID(h.Lease)); errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		err = nil // it expired meanwhile
+	for _, h := range kvs {
+		octx, cancel := s.op(ctx)
+		if h.Lease == 0 {
+			_, err = s.c.Delete(octx, string(h.Key))
+		} else if _, err = s.c.Revoke(octx, clientv3.LeaseID(h.Lease)); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			err = nil // it expired meanwhile
+		}
+		cancel()
+		if err != nil {
+			return false, s.fail("revoke "+string(h.Key), err)
+		}
+		if err := s.historyRevoked(ctx, key, h.CreateRevision); err != nil {
+			s.log.Warn("could not write the revocation to the key's history", "key", key, "error", err)
+		}
+		s.log.Info("revoked", "key", key, "holder", string(h.Key), "fence", h.CreateRevision)
 	}
-	if err != nil {
-		return false, s.fail("revoke "+string(h.Key), err)
-	}
-	if err := s.historyRevoked(ctx, key, h.CreateRevision); err != nil {
-		s.log.Warn("could not write the revocation to the key's history", "key", key, "error", err)
-	}
-	s.log.Info("revoked", "key", key, "holder", string(h.Key), "fence", h.CreateRevision)
-	return true, nil
+	return len(kvs) > 0, nil
 }
 
-// Cancel puts a cancel request for the holder, on the holder's lease, if
-// the holder key is still the one read.
+// picked reads key's holders and returns the contender keys of those w
+// picks, with their descriptions.
+func (s *Store) picked(ctx context.Context, key string, w store.Which) ([]*mvccpb.KeyValue, []store.Holder, error) {
+	kvs, err := s.contenders(ctx, key)
+	if err != nil || len(kvs) == 0 {
+		return nil, nil, err
+	}
+	hs, err := s.describeAll(ctx, kvs)
+	if err != nil {
+		return nil, nil, err
+	}
+	held, _ := holders(hs)
+	var (
+		keys []*mvccpb.KeyValue
+		out  []store.Holder
+	)
+	for i := range held {
+		if w.Picks(&held[i]) {
+			keys, out = append(keys, kvs[i]), append(out, held[i])
+		}
+	}
+	return keys, out, nil
+}
+
+// Cancel puts a cancel request for each holder w picks, on the holder's
+// lease, if its holder key is still the one read.
 func (s *Store) Cancel(ctx context.Context, key string, w store.Which) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	kvs, err := s.contenders(ctx, key)
-	if err != nil || len(kvs) == 0 {
+	kvs, _, err := s.picked(ctx, key, w)
+	if err != nil {
 		return false, err
 	}
-	h := kvs[0]
-	id := clientv3.LeaseID(h.Lease)
-	if id == 0 {
-		return false, fmt.Errorf("etcdstore: %s is on no lease: not a holder that can be asked to stop", h.Key)
+	asked := false
+	for _, h := range kvs {
+		id := clientv3.LeaseID(h.Lease)
+		if id == 0 {
+			return asked, fmt.Errorf("etcdstore: %s is on no lease: not a holder that can be asked to stop", h.Key)
+		}
+		octx, cancel := s.op(ctx)
+		still := clientv3.Compare(clientv3.CreateRevision(string(h.Key)), "=", h.CreateRevision)
+		resp, err := s.c.Txn(octx).If(still).Then(clientv3.OpPut(cancelKey(id), "", clientv3.WithLease(id))).Commit()
+		cancel()
+		if err != nil {
+			return asked, s.fail("cancel "+string(h.Key), err)
+		}
+		asked = asked || resp.Succeeded
 	}
-	octx, cancel := s.op(ctx)
-	defer cancel()
-	still := clientv3.Compare(clientv3.CreateRevision(string(h.Key)), "=", h.CreateRevision)
-	resp, err := s.c.Txn(octx).If(still).Then(clientv3.OpPut(cancelKey(id), "", clientv3.WithLease(id))).Commit()
-	if err != nil {
-		return false, s.fail("cancel "+string(h.Key), err)
-	}
-	return resp.Succeeded, nil
+	return asked, nil
 }
 
 // Prune revokes the leases of this host's contenders whose process is
@@ -230,14 +281,30 @@ func (s *Store) Prune(ctx context.Context) ([]store.Pruned, error) {
 		key    string
 		holder bool
 	}
+	kinds := map[string]kind{}
+	for _, kv := range resp.Kvs {
+		var d desc
+		if json.Unmarshal(kv.Value, &d) == nil {
+			kinds[strings.TrimPrefix(string(kv.Key), side+"desc/")] = kindOf(store.Holder{Kind: d.Kind, Slots: d.Slots})
+		}
+	}
 	roles := map[string]role{}
 	for _, st := range all {
 		kvs, err := s.contenders(ctx, st.Key)
 		if err != nil {
 			return nil, err
 		}
+		queue := make([]kind, len(kvs))
 		for i, kv := range kvs {
-			roles[leaseHex(clientv3.LeaseID(kv.Lease))] = role{st.Key, i == 0}
+			if k, ok := kinds[leaseHex(clientv3.LeaseID(kv.Lease))]; ok {
+				queue[i] = k
+			} else {
+				queue[i] = exclusive
+			}
+		}
+		n := holding(queue)
+		for i, kv := range kvs {
+			roles[leaseHex(clientv3.LeaseID(kv.Lease))] = role{st.Key, i < n}
 		}
 	}
 	for _, kv := range resp.Kvs {

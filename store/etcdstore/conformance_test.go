@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,12 @@ import (
 	"github.com/fencerun/fencerun/store/storetest"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m, openEndpoints) }
+func TestMain(m *testing.M) {
+	if eps, ok := os.LookupEnv(envSlotHelper); ok {
+		os.Exit(slotHelper(eps)) // slots_test.go
+	}
+	storetest.Main(m, openEndpoints)
+}
 
 func openEndpoints(eps string) (store.Store, error) {
 	return Open(Options{Endpoints: strings.Split(eps, ","), DialTimeout: 5 * time.Second})

@@ -50,6 +50,14 @@ func (a *acquirer) waitAhead(ctx context.Context, kv *mvccpb.KeyValue, rev int64
 // localAhead is the pid of the contender whose key is kv, if it is a
 // fencerun of this host; 0 if it is not, or if it cannot be told.
 func (a *acquirer) localAhead(ctx context.Context, kv *mvccpb.KeyValue) int {
+	if h, ok := a.known[string(kv.Key)]; ok {
+		// Read as it queued (queued): a contender's pid and host never
+		// change.
+		if h.Foreign || h.Host != a.s.host || h.PID <= 0 {
+			return 0
+		}
+		return h.PID
+	}
 	octx, cancel := a.s.op(ctx)
 	defer cancel()
 	resp, err := a.s.c.Get(octx, descKey(clientv3.LeaseID(kv.Lease)))
@@ -64,15 +72,21 @@ func (a *acquirer) localAhead(ctx context.Context, kv *mvccpb.KeyValue) int {
 }
 
 // revokeDead revokes the lease of the contender kv, whose process pid of
+// this host is gone (revokeLease).
+func (a *acquirer) revokeDead(ctx context.Context, kv *mvccpb.KeyValue, pid int) bool {
+	return a.revokeLease(ctx, clientv3.LeaseID(kv.Lease), pid)
+}
+
+// revokeLease revokes the lease id of a contender whose process pid of
 // this host is gone, and says so; false if pid lives or the revoke failed
 // (the lease then expires by itself).
-func (a *acquirer) revokeDead(ctx context.Context, kv *mvccpb.KeyValue, pid int) bool {
+func (a *acquirer) revokeLease(ctx context.Context, id clientv3.LeaseID, pid int) bool {
 	if alive(pid) {
 		return false
 	}
 	octx, cancel := a.s.op(ctx)
 	defer cancel()
-	_, err := a.s.c.Revoke(octx, clientv3.LeaseID(kv.Lease))
+	_, err := a.s.c.Revoke(octx, id)
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		a.s.log.Debug("could not revoke a dead contender's lease; it expires by itself", "key", a.key, "pid", pid, "error", err)
 		return false

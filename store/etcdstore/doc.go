@@ -3,15 +3,32 @@
 // the lock prefix "K/" of etcd's concurrency.Mutex: each contender puts
 // "K/<its lease in hex>" on its lease, the lowest create revision holds,
 // the others wait in that order. fencerun's side keys live under
-// "_fencerun/" (no valid key can be its prefix): desc/<lease> and
-// cancel/<lease> on the contender's lease; leftovers/K/<lease>, once/K
+// "_fencerun/" (no valid key can be its prefix): desc/<lease> (with the
+// contender's kind and slots), cancel/<lease> and a slot holder's
+// slot/K/<i> on the contender's lease; leftovers/K/<lease>, once/K
 // (once.go) and history/K#<fence> (history.go) on no lease.
 //
 // It guarantees:
 //
 //   - S1, S4: one holder per key among all that follow the Mutex protocol
-//     (fencerun, etcdctl lock) while the cluster keeps quorum; the fence is
-//     the holder key's create revision, which never goes back.
+//     (fencerun, etcdctl lock) while the cluster keeps quorum, unless the
+//     claims ask for more; the fence is the holder key's create revision,
+//     which never goes back, and rises in queue order across all slots.
+//   - M1, M2, M4: admission by the contenders ahead in create-revision
+//     order (many.go): an exclusive contender, and every one that is not
+//     fencerun's (etcdctl lock), holds with none ahead, so etcdctl is
+//     exclusive against every kind and waits for every holder ahead; a
+//     shared one with only shared ones ahead; a slot-N one with fewer than
+//     N ahead, all slot-N, in the lowest free slot (its slot key, put if
+//     absent). A claim of another kind than the fencerun holders' and
+//     waiters' ahead of it fails with store.ErrSlots; a foreign holder is
+//     waited behind. Shared waiters behind a waiting exclusive one wait.
+//   - M3: each holder has its own lease, key, watch and records: it is
+//     renewed, revoked, cancelled and released alone; Revoke and Cancel
+//     act on the holders store.Which picks. A slot taker inherits every
+//     dead holder's leftovers (not only its slot's), read in the
+//     transaction that claims the slot, so a dead holder's tree is the
+//     Predecessor of whoever takes its slot.
 //   - S5, E2: a renewal is a keep-alive, whose Term starts just before it
 //     was sent, plus a compare, sent with it, that the holder key still has
 //     its create revision; it counts only when both succeed, so a revoked
@@ -42,5 +59,8 @@
 //     host stops the revoked tree first;
 //   - that a Predecessor held the lease: a waiter killed in its queue
 //     leaves the record a holder killed before its first write leaves;
+//   - that holders admitted together (shared, slots) start in fence
+//     order; and a slot waiter is woken by every deletion under the
+//     prefix (W waiters, W wake-ups a release), not by its predecessor's;
 //   - cancel or details for holders that are not fencerun (etcdctl lock).
 package etcdstore

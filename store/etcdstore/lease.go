@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -28,6 +27,8 @@ type Lease struct {
 	myKey     string
 	id        clientv3.LeaseID
 	rev       int64 // myKey's create revision: the fence and the version
+	slot      int   // Slot: -1 shared, 0 exclusive, or the slot of slotKey
+	slotKey   string
 	confirmed int64 // the revision at which ownership was confirmed (ETCD_LOCK_REV)
 	ttl       time.Duration
 	clock     func() time.Duration
@@ -61,7 +62,7 @@ var _ store.Lease = (*Lease)(nil)
 
 func (l *Lease) Key() string              { return l.key }
 func (l *Lease) Fence() uint64            { return uint64(l.rev) }
-func (l *Lease) Slot() int                { return 0 }
+func (l *Lease) Slot() int                { return l.slot }
 func (l *Lease) Term() store.Term         { return l.term }
 func (l *Lease) Changes() <-chan struct{} { return l.changes }
 
@@ -176,10 +177,7 @@ func (l *Lease) pending() []clientv3.Op {
 	return []clientv3.Op{l.descPut(), putLeftover(l.key, l.id, l.left)}
 }
 
-func (l *Lease) descPut() clientv3.Op {
-	data, _ := json.Marshal(l.desc)
-	return clientv3.OpPut(descKey(l.id), string(data), clientv3.WithLease(l.id))
-}
+func (l *Lease) descPut() clientv3.Op { return putDesc(l.id, l.desc) }
 
 // Check reads whether the holder key is still ours and whether a cancel
 // request waits for it. It writes nothing.
@@ -349,6 +347,9 @@ func (l *Lease) release(ctx context.Context, id string) error {
 	own := clientv3.OpDelete(leftoverKey(l.key, l.id))
 	end := l.endPut() // the holding's end, in the history (history.go)
 	dels := []clientv3.Op{clientv3.OpDelete(l.myKey), clientv3.OpDelete(descKey(l.id)), clientv3.OpDelete(cancelKey(l.id)), own, end}
+	if l.slotKey != "" {
+		dels = append(dels, clientv3.OpDelete(l.slotKey))
+	}
 	var err error
 	if id != "" {
 		err = l.releaseDone(ctx, id, dels, own)
