@@ -47,5 +47,6 @@ func TestConformance(t *testing.T) {
 		Open:      openEndpoints,
 		TTL:       ttl,
 		DeadAfter: ttl + time.Second,
+		Many:      true,
 	})
 }
