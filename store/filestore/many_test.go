@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fencerun/fencerun/internal/testsupport"
@@ -536,5 +537,50 @@ func TestRecordsWithoutAKindAreExclusive(t *testing.T) {
 	}
 	if h := w.holder(); h.Kind != store.KindExclusive {
 		t.Errorf("waiter of an entry without a kind: %+v", h)
+	}
+}
+
+// Prune removes free slots' directories while slot holders come and go:
+// never two in a slot, never more than N, no fence handed out twice.
+func TestPruneRacesSlotHolders(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	errs := make(chan error, 16)
+	stop := pruneAll(s, errs)
+	var mu sync.Mutex
+	inside := map[int]bool{}
+	fences := map[uint64]bool{}
+	var workers sync.WaitGroup
+	for range 5 {
+		workers.Go(func() {
+			for range 60 {
+				c := slotsClaim("w", 2)
+				c.Wait = true
+				l, _, err := s.Acquire(ctx, "k", c)
+				if err != nil || l == nil {
+					errs <- fmt.Errorf("acquire: %v", err)
+					return
+				}
+				mu.Lock()
+				if inside[l.Slot()] || len(inside) >= 2 || fences[l.Fence()] {
+					errs <- fmt.Errorf("slot %d fence %d taken beside %v", l.Slot(), l.Fence(), inside)
+				}
+				inside[l.Slot()], fences[l.Fence()] = true, true
+				mu.Unlock()
+				mu.Lock()
+				delete(inside, l.Slot())
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	workers.Wait()
+	stop()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -97,22 +97,8 @@ func TestARecordOutgrowingItsSlotIsRewrittenWhole(t *testing.T) {
 func TestPruneRacesAcquirers(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	errs := make(chan error, 8)
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := s.Prune(ctx); err != nil {
-				errs <- err
-				return
-			}
-		}
-	})
+	stop := pruneAll(s, errs)
 	var mu sync.Mutex
 	inside := map[string]bool{}
 	var fences []uint64
@@ -144,8 +130,7 @@ func TestPruneRacesAcquirers(t *testing.T) {
 		})
 	}
 	workers.Wait()
-	close(stop)
-	wg.Wait()
+	stop()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -156,6 +141,30 @@ func TestPruneRacesAcquirers(t *testing.T) {
 			t.Fatalf("fence %d handed out twice", f)
 		}
 		seen[f] = true
+	}
+}
+
+// pruneAll prunes s again and again, its error to errs, until stop,
+// which returns once it has.
+func pruneAll(s *Store, errs chan<- error) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := s.Prune(context.Background()); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
 	}
 }
 
