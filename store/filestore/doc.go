@@ -12,15 +12,12 @@
 //     one's never, even past its expiry or while it is stopped. A key
 //     directory moved or deleted under a holder ends its lease, and no
 //     newcomer starts in its slot beside it (moved_linux.go).
-//   - M1-M3: many holders of one key (holders.go): slot 0 is the key
-//     directory, slot i holders/<i>, one holder each. --slots N holders
-//     take the lowest free slot of N; shared ones any slot, never beside
-//     an exclusive one, which takes slot 0 with every slot free and
-//     inherits every dead holder's leftovers. Each holder renews, is
-//     fenced, revoked, cancelled and found dead alone; a dead one frees
-//     its slot alone, its leftovers to that slot's next holder. A claim
-//     of another kind than the key's live holders' or nearest waiter's is
-//     store.ErrSlots.
+//   - M1-M3: many holders of one key (holders.go), each in a slot (the
+//     key directory, or holders/<i>) of its own: it renews, is fenced,
+//     revoked, cancelled and found dead alone, and a dead one frees only
+//     its slot. --slots N takes the lowest free of N slots; shared holds
+//     never meet an exclusive one, which inherits every dead holder's
+//     leftovers; a claim of another kind is store.ErrSlots.
 //   - S4: fences come from one counter per store, handed out only under a
 //     durable reservation, so they never repeat or go back across crashes,
 //     reboots, repairs and Prune (internal/statefs); a take's is above

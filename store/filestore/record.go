@@ -16,9 +16,10 @@ import (
 // guess at a newer one's state.
 const schemaVersion = 1
 
-// record is the content of a key's lease file.
+// record is the content of a slot's lease file (holders.go): the key
+// directory's, or holders/<i>/lease.
 //
-// A key is held when Holder and Token are set; revoked when Revoked is set
+// A slot is held when Holder and Token are set; revoked when Revoked is set
 // and Holder kept without Token (the holder may still be stopping its
 // command, and Acquire still needs its Marker if it died); free when Holder
 // is nil. Fence and Version only grow. Predecessor keeps the last holder
