@@ -32,10 +32,21 @@ func BenchmarkRenew(b *testing.B) {
 
 // BenchmarkHandoff is P2's store part: from a holder's Release to the
 // head waiter's Acquire returning.
-func BenchmarkHandoff(b *testing.B) {
+func BenchmarkHandoff(b *testing.B) { benchHandoff(b, claim) }
+
+// BenchmarkSlotHandoff is the same for one of 4 slots, the others held:
+// the head waiter sleeps on all 4 slots' live (holders.go).
+func BenchmarkSlotHandoff(b *testing.B) {
+	benchHandoff(b, func(name string) store.Claim { return slotsClaim(name, 4) })
+}
+
+func benchHandoff(b *testing.B, claim func(string) store.Claim) {
 	s, _ := newStore(b)
 	ctx := context.Background()
 	l := mustAcquire(b, s, "bench", claim("b"))
+	for range claim("b").Slots - 1 {
+		defer mustRelease(b, mustAcquire(b, s, "bench", claim("other")))
+	}
 	var total time.Duration
 	for b.Loop() {
 		got := make(chan store.Lease)
