@@ -36,6 +36,7 @@ var manyTests = []struct {
 	{"RevokeByPID", testRevokeByPID},
 	{"CancelWhich", testCancelWhich},
 	{"DeadSlotHolderFreesOnlyItsSlot", testDeadSlotHolder},
+	{"DeadSlotHolderWakesWaiter", testDeadSlotHolderWakesWaiter},
 	{"DeadSharedHolderLeftoversToExclusive", testDeadSharedHolder},
 	{"DeadSlotHoldersLeftoversToExclusive", testDeadSlotHolders},
 	{"DeadExclusiveLeftoversToSlotAndShared", testDeadExclusive},

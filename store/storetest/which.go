@@ -13,7 +13,7 @@ import (
 )
 
 // Revoke of one slot breaks only that holder: it hears of it, its renewal
-// fails with ErrLost, the others renew; its slot is the next one taken.
+// fails with ErrLost, the others renew; its slot goes to the waiter.
 // A Which that picks nobody reports false; the zero Which revokes every
 // holder (M3, S5).
 func testRevokeOneSlot(t *testing.T, b *Backend) {
@@ -23,6 +23,8 @@ func testRevokeOneSlot(t *testing.T, b *Backend) {
 		drain(l.Changes())
 	}
 	other := b.openSecond(t, desc)
+	waiter := waitAsync(t, other, "r", b.slotClaim("next", 3), guard)
+	waitWaiters(t, s, "r", 1)
 	one, seven := 1, 7
 	if ok, err := other.Revoke(t.Context(), "r", store.Which{Slot: &one}); !ok || err != nil {
 		t.Fatalf("Revoke of slot 1 = %v, %v", ok, err)
@@ -36,10 +38,11 @@ func testRevokeOneSlot(t *testing.T, b *Backend) {
 		t.Errorf("Revoke of slot 7, which nobody holds = %v, %v; want false, nil", ok, err)
 	}
 	release(t, ls[1])
-	next := acquire(t, s, "r", b.slotClaim("next", 3))
+	next := recv(t, waiter, "the waiter, once slot 1 was revoked and released")
 	if next.Slot() != 1 {
-		t.Errorf("after slot 1 was revoked and released the next took slot %d", next.Slot())
+		t.Errorf("after slot 1 was revoked and released the waiter took slot %d", next.Slot())
 	}
+	renews(t, ls[0], ls[2])
 	rising(t, append(fencesOf(ls...), next.Fence())...)
 	if ok, err := other.Revoke(t.Context(), "r", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke of every holder = %v, %v", ok, err)
@@ -198,6 +201,44 @@ func testDeadSlotHolder(t *testing.T, b *Backend) {
 	releaseAll(t, last, live)
 }
 
+// A holder of a slot that dies while a claim waits for a slot hands the
+// waiter its slot and its leftovers; Status lists the live holders only
+// once DeadAfter passed, and Prune keeps them held (M3, S2, S10).
+func testDeadSlotHolderWakesWaiter(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	const marker = "STORETEST_TREE=dead-middle-slot"
+	first := acquire(t, s, "dw", b.slotClaim("slot0", 3))
+	dead := b.spawnKind(t, desc, "dw", marker, 3, false)
+	if _, slot := dead.acquiredSlot(guard); slot != 1 {
+		t.Fatalf("the helper took slot %d, want 1", slot)
+	}
+	third := acquire(t, s, "dw", b.slotClaim("slot2", 3))
+	w := waitAsync(t, s, "dw", b.slotClaim("waiter", 3), b.deadWithin())
+	waitWaiters(t, s, "dw", 1)
+	deadPID := dead.Pid()
+	dead.Kill()
+	l := testsupport.RecvWithin(t, w, b.deadWithin(), "the waiter to take the dead holder's slot")
+	if l == nil {
+		t.FailNow()
+	}
+	if p := l.Predecessor(); l.Slot() != 1 || p == nil || p.PID != deadPID || !slices.Contains(leftovers(p), marker) {
+		t.Errorf("the waiter took slot %d with predecessor %+v; want slot 1 and the dead holder pid %d's leftovers", l.Slot(), p, deadPID)
+	}
+	release(t, l)
+	checkSlotHolders(t, status(t, s, "dw"), 3, first, third)
+	if _, err := s.Prune(t.Context()); err != nil {
+		t.Fatalf("Prune: %v", err)
+	}
+	checkSlotHolders(t, status(t, s, "dw"), 3, first, third)
+	renews(t, first, third)
+	again := acquire(t, s, "dw", b.slotClaim("slot1", 3))
+	if again.Slot() != 1 {
+		t.Errorf("after Prune the free slot 1 was taken as %d", again.Slot())
+	}
+	renews(t, first, third)
+	releaseAll(t, again, first, third)
+}
+
 // An exclusive holder runs alone, so it inherits the leftovers of a
 // shared holder that died, even after a live shared holder released
 // (M3, S2).
@@ -294,8 +335,8 @@ func (b *Backend) acquireAfterDeath(t *testing.T, s store.Store, key string, c s
 	}
 }
 
-// History records each holding's slot; an exclusive holding has none (N2,
-// M1).
+// History records each holding's slot; an exclusive or shared holding has
+// none (N2, M1).
 func testHistorySlots(t *testing.T, b *Backend) {
 	s, _ := b.New(t)
 	a := acquire(t, s, "h", b.slotClaim("a", 2))
@@ -323,6 +364,12 @@ func testHistorySlots(t *testing.T, b *Backend) {
 	release(t, acquire(t, s, "hx", b.claim("x")))
 	if got := history(t, s, "hx"); len(got) != 1 || got[0].Slot != nil {
 		t.Errorf("exclusive history = %s; want one holding with no slot", describeHistory(got))
+	}
+	sa, sb := acquire(t, s, "hs", b.sharedClaim("sa")), acquire(t, s, "hs", b.sharedClaim("sb"))
+	releaseAll(t, sa, sb)
+	got = history(t, s, "hs")
+	if len(got) != 2 || got[0].Slot != nil || got[1].Slot != nil || got[0].Fence != sa.Fence() || got[1].Fence != sb.Fence() {
+		t.Errorf("shared history = %s; want sa then sb, each with no slot", describeHistory(got))
 	}
 }
 
