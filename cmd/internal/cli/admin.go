@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencerun/fencerun/cmd/internal/duration"
@@ -16,7 +19,63 @@ import (
 type ReleaseCmd struct {
 	Key      string `arg:"" optional:"" predictor:"key" help:"The key to release."`
 	Resident string `placeholder:"PATH" help:"Release the resident role of the store file PATH instead of a key."`
-	Force    bool   `env:"-" help:"Required: revoke the lease. The holder's fence breaks, its command is stopped and it exits 76. Also clears a corrupt record."`
+	Pick     `embed:""`
+	Force    bool `env:"-" help:"Required: revoke the lease. The holder's fence breaks, its command is stopped and it exits 76. Also clears a corrupt record."`
+}
+
+// Pick is --slot and --pid, which pick one holder of a key held in
+// slots or shared (M3) for release and cancel; without them, every
+// holder is picked. Their variables are not FENCERUN_SLOT, which a
+// fenced command is given: a release run from inside one would pick
+// that command's own slot.
+type Pick struct {
+	Slot *int `placeholder:"N" env:"FENCERUN_HOLDER_SLOT" help:"Only the holder in slot N (of a key held with --slots); the others go on."`
+	PID  int  `placeholder:"P" env:"FENCERUN_HOLDER_PID" help:"Only the holder whose fencerun has pid P (the pid status shows); the others go on."`
+}
+
+// validate checks that at most one way of picking is given, in range.
+func (p Pick) validate(resident string) error {
+	switch {
+	case p.Slot != nil && p.PID != 0:
+		return usage("--slot and --pid each pick one holder: give one of them")
+	case p.Slot != nil && (*p.Slot < 0 || *p.Slot >= store.MaxSlots):
+		return usage("--slot %d is out of range: 0 to %d", *p.Slot, store.MaxSlots-1)
+	case p.PID < 0:
+		return usage("--pid %d is not a pid", p.PID)
+	case resident != "" && (p.Slot != nil || p.PID != 0):
+		return usage("--slot and --pid are for keys: a resident role has one holder")
+	}
+	return nil
+}
+
+// which is the store's Which for the pick.
+func (p Pick) which() store.Which { return store.Which{Slot: p.Slot, PID: p.PID} }
+
+// none says that no holder was there to pick: "is free", "has no holder
+// in slot 2", "has no holder with pid 12".
+func (p Pick) none() string {
+	switch {
+	case p.Slot != nil:
+		return fmt.Sprintf("has no holder in slot %d", *p.Slot)
+	case p.PID != 0:
+		return fmt.Sprintf("has no holder with pid %d", p.PID)
+	}
+	return "is free"
+}
+
+// picked is the holders of st that w picks; none when st could not be
+// read.
+func picked(st *store.Status, err error, w store.Which) []store.Holder {
+	if err != nil || st == nil {
+		return nil
+	}
+	var out []store.Holder
+	for _, h := range holdersOf(*st) {
+		if w.Picks(&h) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // Validate requires --force: a release from outside stops someone's command.
@@ -24,10 +83,13 @@ func (c *ReleaseCmd) Validate() error {
 	if !c.Force {
 		return usage("release revokes the lease of a running holder and stops its command; say --force to do it")
 	}
+	if err := c.Pick.validate(c.Resident); err != nil {
+		return err
+	}
 	return validTarget("release", c.Key, c.Resident)
 }
 
-// Run revokes the lease.
+// Run revokes the lease of each holder picked.
 func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Resident != "" {
 		return releaseResident(c.Resident)
@@ -43,55 +105,66 @@ func (c *ReleaseCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer backend.Close()
 	// Who is revoked, read just before: Revoke breaks whoever holds the
-	// key at its own moment, which is this holder unless it let go in
+	// key at its own moment, which is these holders unless one let go in
 	// between (then the fence named is simply no longer held).
 	before, serr := backend.Status(ctx, c.Key)
-	had, err := backend.Revoke(ctx, c.Key, store.Which{})
+	had, err := backend.Revoke(ctx, c.Key, c.which())
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
+	revoked := picked(before, serr, c.which())
 	switch {
-	case !had:
+	case !had && c.which().All():
 		fmt.Printf("%s was free: nothing to release\n", c.Key)
-	case serr == nil && before.Holder != nil && before.Holder.Foreign:
-		// etcdctl lock does not watch its lease (E9): say what happens.
-		fmt.Printf("released %s: revoked %s, fence %d; it is not fencerun and does not watch its lease, so its command is not stopped: "+
-			"it runs on unfenced beside the next holder unless stopped where it runs (its fence, the revision, no longer compares)\n",
-			c.Key, who(before.Holder), before.Holder.Fence)
-	case serr == nil && before.Holder != nil:
-		h := before.Holder
-		held := ""
-		if !h.Acquired.IsZero() {
-			held = fmt.Sprintf(", held for %s", time.Since(h.Acquired).Round(time.Second))
+	case !had:
+		fmt.Printf("%s %s: nothing to release\n", c.Key, c.none())
+	case len(revoked) > 0:
+		for _, h := range revoked {
+			fmt.Println(revokedLine(c.Key, h))
 		}
-		fmt.Printf("released %s: revoked %s, fence %d%s; its command is being stopped and it exits 76\n",
-			c.Key, who(h), h.Fence, held)
 	case serr != nil:
 		fmt.Printf("released %s: cleared its unreadable state (%s); its fencing tokens go on above every earlier one\n", c.Key, store.Printable(serr.Error()))
-	case serr == nil:
+	default:
 		// Free when read: Revoke cleared what failed closed (junk in the
 		// key's files' places, the store's fence reservation; its warning
 		// names it), or broke a holder that came in between.
 		fmt.Printf("released %s: it had no holder when read; cleared unusable state (logged above), and a holder that took it since has its fence broken (it exits 76)\n", c.Key)
-	default:
-		fmt.Printf("released %s: its holder's fence is broken and its command is being stopped (it exits 76)\n", c.Key)
 	}
 	return nil
 }
 
-// CancelCmd is `fencerun cancel KEY`.
-type CancelCmd struct {
-	Key      string        `arg:"" optional:"" predictor:"key" help:"The key whose holder to ask."`
-	Resident string        `placeholder:"PATH" help:"Ask the holder of the resident role of the store file PATH instead of a key."`
-	Wait     duration.Wait `short:"w" default:"0" placeholder:"D" env:"FENCERUN_CANCEL_WAIT" help:"Also wait until the cancelled holder has stopped its command and let go of the key (which may go straight to the next waiter), at most D (forever: without limit): exit 75 if it has not by then. 0, the default, does not wait."`
+// revokedLine says what release did to h, a holder of key.
+func revokedLine(key string, h store.Holder) string {
+	if h.Foreign {
+		// etcdctl lock does not watch its lease (E9): say what happens.
+		return fmt.Sprintf("released %s: revoked %s; it is not fencerun and does not watch its lease, so its command is not stopped: "+
+			"it runs on unfenced beside the next holder unless stopped where it runs (its fence, the revision, no longer compares)", key, named(h))
+	}
+	held := ""
+	if !h.Acquired.IsZero() {
+		held = fmt.Sprintf(", held for %s", time.Since(h.Acquired).Round(time.Second))
+	}
+	return fmt.Sprintf("released %s: revoked %s%s; its command is being stopped and it exits 76", key, named(h), held)
 }
 
-// Validate checks the key.
+// CancelCmd is `fencerun cancel KEY`.
+type CancelCmd struct {
+	Key      string `arg:"" optional:"" predictor:"key" help:"The key whose holder to ask."`
+	Resident string `placeholder:"PATH" help:"Ask the holder of the resident role of the store file PATH instead of a key."`
+	Pick     `embed:""`
+	Wait     duration.Wait `short:"w" default:"0" placeholder:"D" env:"FENCERUN_CANCEL_WAIT" help:"Also wait until the cancelled holders have stopped their commands and let go of the key (which may go straight to the next waiter), at most D (forever: without limit): exit 75 if one has not by then. 0, the default, does not wait."`
+}
+
+// Validate checks the key and the pick.
 func (c *CancelCmd) Validate() error {
+	if err := c.Pick.validate(c.Resident); err != nil {
+		return err
+	}
 	return validTarget("cancel", c.Key, c.Resident)
 }
 
-// Run records the request and, with --wait, waits for the key to be free.
+// Run records the request and, with --wait, waits for the holders asked
+// to let go.
 func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Resident != "" {
 		return cancelResident(c.Resident, c.Wait)
@@ -106,30 +179,38 @@ func (c *CancelCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer backend.Close()
-	// The holder the request is for: --wait waits for it to let go, not
-	// for the key to be free (a waiter may take it at once).
+	// The holders the request is for: --wait waits for them to let go,
+	// not for the key to be free (a waiter may take it at once).
 	before, err := backend.Status(ctx, c.Key)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
-	had, err := backend.Cancel(ctx, c.Key, store.Which{})
+	had, err := backend.Cancel(ctx, c.Key, c.which())
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
 	if !had {
-		fmt.Printf("%s is free: nothing to cancel\n", c.Key)
+		fmt.Printf("%s %s: nothing to cancel\n", c.Key, c.none())
 		return nil
 	}
-	fmt.Printf("asked the holder of %s to stop its command\n", c.Key)
-	if c.Wait.None() || before.Holder == nil {
+	asked := picked(before, nil, c.which())
+	if len(asked) == 0 {
+		fmt.Printf("asked the holder of %s to stop its command\n", c.Key)
+	}
+	var fences []uint64
+	for _, h := range asked {
+		fmt.Printf("asked the holder of %s to stop its command (it exits 77): %s\n", c.Key, named(h))
+		fences = append(fences, h.Fence)
+	}
+	if c.Wait.None() || len(fences) == 0 {
 		return nil
 	}
-	return waitLetGo(c.Key, before.Holder.Fence, c.Wait, func() (*store.Status, error) { return backend.Status(ctx, c.Key) })
+	return waitLetGo(c.Key, fences, c.Wait, func() (*store.Status, error) { return backend.Status(ctx, c.Key) })
 }
 
-// waitLetGo waits, at most wait, until the holder with fence of what
-// (a key, or a store's role) has let go, reading status.
-func waitLetGo(what string, fence uint64, wait duration.Wait, status func() (*store.Status, error)) error {
+// waitLetGo waits, at most wait, until every holder of what (a key, or a
+// store's role) with one of fences has let go, reading status.
+func waitLetGo(what string, fences []uint64, wait duration.Wait, status func() (*store.Status, error)) error {
 	// A rare, interactive wait: a status read every 50ms costs nothing
 	// that matters and needs no watch of the store's internals.
 	deadline := time.Now().Add(wait.Limit())
@@ -138,15 +219,35 @@ func waitLetGo(what string, fence uint64, wait duration.Wait, status func() (*st
 		if err != nil {
 			return fail(exitFailed, "%v", err)
 		}
-		if st.Holder == nil || st.Holder.Fence != fence {
-			fmt.Printf("the holder of %s (fence %d) has let go\n", what, fence)
+		var left []uint64
+		for _, h := range holdersOf(*st) {
+			if slices.Contains(fences, h.Fence) {
+				left = append(left, h.Fence)
+			}
+		}
+		if len(left) == 0 {
+			fmt.Printf("%s let go\n", holdersWith(what, fences, "has", "have"))
 			return nil
 		}
 		if !wait.Forever() && time.Now().After(deadline) {
-			return fail(exitConflict, "the holder of %s (fence %d) still holds it after %v", what, fence, wait)
+			return fail(exitConflict, "%s it after %v", holdersWith(what, left, "still holds", "still hold"), wait)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// holdersWith names the holders of what with fences, and the verb for
+// one or for many: "the holder of k (fence 3) has", "the holders of k
+// (fences 3, 5) have".
+func holdersWith(what string, fences []uint64, one, many string) string {
+	if len(fences) == 1 {
+		return fmt.Sprintf("the holder of %s (fence %d) %s", what, fences[0], one)
+	}
+	s := make([]string, len(fences))
+	for i, f := range fences {
+		s[i] = strconv.FormatUint(f, 10)
+	}
+	return fmt.Sprintf("the holders of %s (fences %s) %s", what, strings.Join(s, ", "), many)
 }
 
 // PruneCmd is `fencerun prune`.
@@ -269,7 +370,7 @@ func forgetHistories(ctx context.Context, backend store.Store) ([]store.Pruned, 
 	}
 	var out []store.Pruned
 	for _, st := range all {
-		if st.Holder != nil || len(st.Waiters) > 0 || st.Key == "" {
+		if held(st) || len(st.Waiters) > 0 || st.Key == "" {
 			continue
 		}
 		dropped, err := backend.ForgetHistory(ctx, st.Key)

@@ -11,7 +11,9 @@ With --key, the lease is KEY's: waiters are served in arrival order (-n fails at
 
 The lease is renewed every TTL/3. If it is revoked (release --force), taken over, or cannot be renewed in time, COMMAND gets --kill-signal, then SIGCONT, then SIGKILL after --grace (cut short so the tree is dead before the lease expires), and fencerun exits 76. A holder that is alive is never taken from, even past its TTL; one that died is taken over at once, and the next holder stops its leftovers first.
 
-COMMAND runs in its own process group with its stdin, stdout and stderr untouched; fencerun is its child subreaper, so descendants that call setsid or double-fork are stopped too. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM, SIGVTALRM and SIGXCPU are forwarded to the group (SIGPIPE and SIGPROF are dropped); a signal while waiting ends the wait (exit 128+N). COMMAND gets FENCERUN_KEY or FENCERUN_RESIDENT, FENCERUN_FENCE (a fencing token greater than every earlier one) and FENCERUN_TICK (for 'fencerun tick').
+COMMAND runs in its own process group with its stdin, stdout and stderr untouched; fencerun is its child subreaper, so descendants that call setsid or double-fork are stopped too. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM, SIGVTALRM and SIGXCPU are forwarded to the group (SIGPIPE and SIGPROF are dropped); a signal while waiting ends the wait (exit 128+N). COMMAND gets FENCERUN_KEY or FENCERUN_RESIDENT, FENCERUN_FENCE (a fencing token greater than every earlier one), FENCERUN_TICK (for 'fencerun tick') and, with --slots, FENCERUN_SLOT.
+
+With --slots N, at most N holders hold KEY at once, each in a slot of its own: COMMAND gets FENCERUN_SLOT (0 to N-1, the lowest free slot; no two live holders share one), for a port, a scratch directory or a GPU index. FENCERUN_FENCE still rises across all slots, and each holder is renewed, fenced and stopped alone: a revoked or dead holder frees only its slot, after its leftovers are stopped. Every holder and waiter of KEY must give the same N (else exit 125, naming both); --slots 1 is the exclusive hold. With --shared (-s), as flock -s, any number of shared holders hold KEY together, and an exclusive one (-x, the default) alone; waiters are served in arrival order across both kinds, so shared waiters in a row start together and a shared waiter behind a waiting exclusive one waits for it (no writer starvation). --shared does not go with --slots.
 
 With --once ID, COMMAND runs to success at most once per KEY and ID, across every host and user sharing the store: a run that finds ID done exits 0 (or --once-exit N) at once, without running or waiting, with one info line naming who did it; only an exit 0 while the lease is held marks ID done, with the release, so a failed, timed-out, cancelled or revoked run leaves it for the next run. A waiter whose ID another run does meanwhile gives up at once, with the same exit. --once-per D makes the ID the UTC start of the current period of D. COMMAND gets FENCERUN_ONCE=ID.
 
@@ -24,22 +26,22 @@ func (StatusCmd) Help() string {
 
 States: held (a live holder), expired (the holder is past its expiry; it may still be alive and is not taken from), free, corrupt (a state file cannot be read; the error names it; 'release --force KEY' clears it), and for residents stuck (ticked once, then silent for its --stuck-after).
 
-The holder's pid is the fencerun process that holds the lease; the command's own pid is shown beside it. The lease's secret token is never shown. A key's done --once IDs follow, newest first, with the fence, holder and time of the run that did each (the newest 10 as text). --json prints one object {"key" or "store", "state", "holder" or null, "waiters", and "done" where there are done IDs} with RFC 3339 times. --exit-code exits 0 held, 3 free, 4 expired, 5 corrupt; without it a corrupt key exits 125.`
+The holder's pid is the fencerun process that holds the lease; the command's own pid is shown beside it. The lease's secret token is never shown. A key held in slots (--slots) or shared (--shared) shows every holder on a line of its own, with its slot or kind, pid, fence and age, and each waiter with what it waits for. A key's done --once IDs follow, newest first, with the fence, holder and time of the run that did each (the newest 10 as text). --json prints one object {"key" or "store", "state", "holder" (the exclusive holder, else null), "holders" (every holder, each with its kind, and slot with --slots), "waiters" (each with its kind), and "done" where there are done IDs} with RFC 3339 times. --exit-code exits 0 held, 3 free, 4 expired, 5 corrupt; without it a corrupt key exits 125.`
 }
 
 // Help explains list.
 func (ListCmd) Help() string {
-	return `Lists every key of the state root, sorted: KEY, STATE, HOLDER, HELD-FOR, WAITERS, REASON. A key whose state cannot be read is listed as corrupt with the reason; the others are listed as usual. --json prints an array of the objects 'status --json' prints.`
+	return `Lists every key of the state root, sorted: KEY, STATE, HOLDER, HELD-FOR, WAITERS, REASON. HOLDER is the exclusive holder's name and pid, or for a key of many holders their count: "3 of 4 slots", "2 shared"; HELD-FOR is then the longest holding's, and REASON the one they all give. A key whose state cannot be read is listed as corrupt with the reason; the others are listed as usual. --json prints an array of the objects 'status --json' prints.`
 }
 
 // Help explains release.
 func (ReleaseCmd) Help() string {
-	return `Revokes KEY's lease. Its holder learns of it at once, stops its command (stop signal, grace, SIGKILL) and exits 76; the next waiter gets the key only once that holder has let go or is known dead, so two commands never overlap. --force is required, because this stops someone's command. It also clears corrupt state of KEY, restarting its fencing tokens above every earlier one. Releasing a free key succeeds and says so.`
+	return `Revokes KEY's lease. Its holder learns of it at once, stops its command (stop signal, grace, SIGKILL) and exits 76; the next waiter gets the key only once that holder has let go or is known dead, so two commands never overlap. --force is required, because this stops someone's command. It also clears corrupt state of KEY, restarting its fencing tokens above every earlier one. Releasing a free key succeeds and says so. A key held in slots or shared has every holder revoked, or with --slot N or --pid P only that one: the others go on. It names each holder it revoked (name, pid, fence, slot).`
 }
 
 // Help explains cancel.
 func (CancelCmd) Help() string {
-	return `Asks the holder of KEY to stop its command gracefully (stop signal, grace, SIGKILL); the holder releases and exits 77. Exits 0 once the request is recorded. With --wait D, waits until that holder has let go (the key may pass straight to the next waiter), exiting 75 if it has not after D. Cancelling a free key succeeds and says so.`
+	return `Asks the holder of KEY to stop its command gracefully (stop signal, grace, SIGKILL); the holder releases and exits 77. Exits 0 once the request is recorded. With --wait D, waits until that holder has let go (the key may pass straight to the next waiter), exiting 75 if it has not after D. Cancelling a free key succeeds and says so. A key held in slots or shared has every holder asked, or with --slot N or --pid P only that one; --wait waits for those asked.`
 }
 
 // Help explains prune.
@@ -65,6 +67,8 @@ func (CLI) Examples() string {
   # ask the holder to stop gracefully (it exits 77), or revoke by force (it exits 76)
   fencerun cancel deploy:staging --wait 1m
   fencerun release deploy:staging --force
+  # only the build in slot 2 (it exits 76); the other slots' builds go on
+  fencerun release build:runner1 --slot 2 --force
 `
 }
 
@@ -85,6 +89,11 @@ func (RunCmd) Examples() string {
   ExecStart=/usr/local/bin/fencerun run --key worker:mail --ttl 15s --grace 20s -- /usr/local/bin/mail-worker
   # CI: serialise jobs that share a database on one runner
   fencerun run --key "db:${RUNNER_NAME}" --wait 20m -- make integration-test
+  # CI: at most 4 builds on this runner, each on its own port 8000+slot
+  fencerun run --key "build:${RUNNER_NAME}" --slots 4 --wait 1h -- sh -c 'make test PORT=$((8000 + FENCERUN_SLOT))'
+  # readers of a snapshot together, and the writer that replaces it alone
+  fencerun run --key snapshot -s -- ./report.sh
+  fencerun run --key snapshot -x --wait 30m -- ./rebuild-snapshot.sh
   # a resident worker, and a standby that takes over the moment it is gone
   fencerun run --resident /srv/app/app.db --stuck-after 2m -- /usr/local/bin/app-worker
   fencerun run --resident /srv/app/app.db --wait forever -- /usr/local/bin/app-worker
@@ -119,7 +128,9 @@ func (ListCmd) Examples() string {
 }
 
 // Usage of release.
-func (ReleaseCmd) Usage() string { return "release (KEY | --resident PATH) --force" }
+func (ReleaseCmd) Usage() string {
+	return "release (KEY [--slot N | --pid P] | --resident PATH) --force"
+}
 
 // Examples of release.
 func (ReleaseCmd) Examples() string {
@@ -130,12 +141,16 @@ func (ReleaseCmd) Examples() string {
 }
 
 // Usage of cancel.
-func (CancelCmd) Usage() string { return "cancel (KEY [--wait D] | --resident PATH)" }
+func (CancelCmd) Usage() string {
+	return "cancel (KEY [--slot N | --pid P] [--wait D] | --resident PATH)"
+}
 
 // Examples of cancel.
 func (CancelCmd) Examples() string {
 	return `  # ask the holder to stop (it exits 77), and wait up to a minute for it to let go
   fencerun cancel deploy:staging --wait 1m
+  # ask only the holder whose fencerun is pid 4242 of a key held shared
+  fencerun cancel snapshot --pid 4242
 `
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -28,7 +29,7 @@ type HistoryCmd struct {
 
 // Help says what is kept.
 func (HistoryCmd) Help() string {
-	return `Each holding of KEY, oldest first: its fence, holder (name, pid, host), reason, start, end, and how it ended: the command's exit status or signal, lost (not renewed in time), revoked (by whom), cancelled, timeout, handed over, stuck, killed (fencerun got a fatal signal), not started, or "unknown (holder died)" for a holder that died holding the lease, once the next one took it. The last 1,000 holdings of each key are kept, never more, on both backends; prune keeps them, prune --history drops those of free keys.`
+	return `Each holding of KEY, oldest first: its fence, slot (with --slots), holder (name, pid, host), reason, start, end, and how it ended: the command's exit status or signal, lost (not renewed in time), revoked (by whom), cancelled, timeout, handed over, stuck, killed (fencerun got a fatal signal), not started, or "unknown (holder died)" for a holder that died holding the lease, once the next one took it. The last 1,000 holdings of each key are kept, never more, on both backends; prune keeps them, prune --history drops those of free keys.`
 }
 
 // Examples of history.
@@ -91,13 +92,27 @@ func (h *HistoryCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	bw := bufio.NewWriter(os.Stdout)
 	w := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "FENCE\tSTART\tEND\tHOLDER\tENDED\tREASON")
+	// A SLOT column where a holding was in a slot (--slots): "-" for
+	// the others.
+	slots := slices.ContainsFunc(hs, func(x store.Holding) bool { return x.Slot != nil })
+	header := "FENCE\tSTART\tEND\tHOLDER\tENDED\tREASON"
+	if slots {
+		header = "FENCE\tSLOT\tSTART\tEND\tHOLDER\tENDED\tREASON"
+	}
+	fmt.Fprintln(w, header)
 	for _, x := range hs {
 		end := "-"
 		if !x.End.IsZero() {
 			end = x.End.Local().Format(time.RFC3339)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", x.Fence, x.Start.Local().Format(time.RFC3339), end,
+		fence := strconv.FormatUint(x.Fence, 10)
+		switch {
+		case slots && x.Slot != nil:
+			fence += "\t" + strconv.Itoa(*x.Slot)
+		case slots:
+			fence += "\t-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", fence, x.Start.Local().Format(time.RFC3339), end,
 			who(&store.Holder{Name: x.Name, PID: x.PID, Host: x.Host}), store.Printable(endedText(x.Ending)), store.Printable(x.Reason))
 	}
 	if err := w.Flush(); err != nil {

@@ -22,7 +22,7 @@ type MetricsCmd struct {
 func (MetricsCmd) Help() string {
 	return `Print the Prometheus text exposition format for every key and every resident store the state root has seen, from what list reads, for node_exporter's textfile collector (write it to a temporary name and rename it, as the example does, so the collector never reads half a file).
 
-Every family is a gauge labelled key="KEY" (fencerun_key_*) or store="PATH" (fencerun_resident_*): held (1 or 0), holders, waiters, fence (while held), held_seconds, leftover_processes (of a dead holder, on this host), corrupt, last_exit_status (of the last holding whose command ended by itself, from the history); residents add stuck and last_tick_age_seconds.`
+Every family is a gauge labelled key="KEY" (fencerun_key_*) or store="PATH" (fencerun_resident_*): held (1 or 0), holders (1 for an exclusive hold, up to N with --slots N, any number shared), waiters, fence (while held; of the newest holder), held_seconds (of the longest holder), leftover_processes (of a dead holder, on this host), corrupt, last_exit_status (of the last holding whose command ended by itself, from the history); residents add stuck and last_tick_age_seconds.`
 }
 
 // Examples of metrics.
@@ -63,24 +63,26 @@ type family struct {
 
 var families = []family{
 	{name: "held", help: "1 while a holder holds it (held, expired or stuck), else 0.",
-		value: func(v statusView, _ time.Time) (float64, bool) { return one(v.Holder != nil), true }},
-	{name: "holders", help: "How many holders hold it.",
-		value: func(v statusView, _ time.Time) (float64, bool) { return one(v.Holder != nil), true }},
+		value: func(v statusView, _ time.Time) (float64, bool) { return one(len(v.Holders) > 0), true }},
+	{name: "holders", help: "How many holders hold it: 1 for an exclusive hold, up to N with --slots N, any number shared.",
+		value: func(v statusView, _ time.Time) (float64, bool) { return float64(len(v.Holders)), true }},
 	{name: "waiters", help: "How many waiters are queued for it.",
 		value: func(v statusView, _ time.Time) (float64, bool) { return float64(len(v.Waiters)), true }},
-	{name: "fence", help: "The fencing token of the current holding.",
+	{name: "fence", help: "The fencing token of the current holding; of the newest, for many holders.",
 		value: func(v statusView, _ time.Time) (float64, bool) {
-			if v.Holder == nil || v.Holder.Fence == 0 {
-				return 0, false
+			var fence uint64
+			for _, h := range v.Holders {
+				fence = max(fence, h.Fence)
 			}
-			return float64(v.Holder.Fence), true
+			return float64(fence), fence != 0
 		}},
-	{name: "held_seconds", help: "Seconds since the current holder acquired it; 0 when free.",
+	{name: "held_seconds", help: "Seconds since the current holder acquired it (of many holders, the longest holding); 0 when free.",
 		value: func(v statusView, now time.Time) (float64, bool) {
-			if v.Holder == nil || v.Holder.Acquired.IsZero() {
-				return 0, v.Holder == nil
+			first := firstAcquired(v.Holders)
+			if first.IsZero() {
+				return 0, len(v.Holders) == 0
 			}
-			return max(0, now.Sub(v.Holder.Acquired).Seconds()), true
+			return max(0, now.Sub(first).Seconds()), true
 		}},
 	{name: "leftover_processes", help: "Processes a dead holder left running on this host, not yet stopped.",
 		value: func(v statusView, _ time.Time) (float64, bool) {

@@ -31,7 +31,7 @@ func (r *RunCmd) acquireResident(ctx context.Context, g *Globals, claim store.Cl
 		NoHandover: r.NoHandover, HandoverWait: r.HandoverWait, Logger: g.log,
 	})
 	if err != nil {
-		return nil, r.notAcquired(err, func() *store.Holder { return report.gaveUpOn() })
+		return nil, r.notAcquired(err, report.gaveUpOn)
 	}
 	if refusal != nil {
 		return nil, fenced.NotAcquiredf("%s", refusal)
@@ -110,7 +110,7 @@ func cancelResident(path string, wait duration.Wait) error {
 	if wait.None() || before == nil || before.Holder == nil {
 		return nil
 	}
-	return waitLetGo("the resident role of "+path, before.Holder.Fence, wait, func() (*store.Status, error) { return resident.Status(path) })
+	return waitLetGo("the resident role of "+path, []uint64{before.Holder.Fence}, wait, func() (*store.Status, error) { return resident.Status(path) })
 }
 
 // residentBook is what the file backend keeps of the resident roles a root

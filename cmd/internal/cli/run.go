@@ -44,6 +44,9 @@ type RunCmd struct {
 	HandoverWait time.Duration  `default:"30s" help:"Resident: how long to wait for the holder to hand over."`
 	Build        string         `placeholder:"PATH" help:"Resident: the file whose identity is the build, for interpreted workers (the script of python3 worker.py). Only a build of the same path can take the role over by handover."`
 	Cgroup       string         `enum:"auto,require,off" default:"auto" help:"auto: run the command in a cgroup of its own where a writable cgroup v2 hierarchy exists (root, or a systemd-delegated subtree), so that its whole tree is found and killed exactly; require: exit 125 where none does; off: find the tree among fencerun's descendants."`
+	Slots        int            `placeholder:"N" default:"1" help:"At most N holders of the key at once (1 to 1024), each in a slot of its own: the command gets FENCERUN_SLOT, 0 to N-1, the lowest free slot, never one a live holder has. Every holder and waiter of the key must give the same N (else exit 125). 1 is the exclusive hold, with FENCERUN_SLOT=0. Not with --shared."`
+	Shared       bool           `short:"s" help:"A shared hold, as flock -s: any number of shared holders at once, never beside an exclusive one. Waiters are served in arrival order across both kinds: shared waiters in a row start together, and one behind a waiting exclusive run waits for it. Not with --slots or --exclusive."`
+	Exclusive    bool           `short:"x" help:"An exclusive hold, as flock -x: alone, with no other holder (the default)."`
 	Ready        string         `enum:"start,command" default:"start" help:"Under systemd's notify protocol (Type=notify, NOTIFY_SOCKET set): start says READY=1 once the command started under the lease; command leaves READY=1 to the command, which gets a NOTIFY_SOCKET of fencerun's and whose messages fencerun relays from its own pid (NotifyAccess=main works), MAINPID excepted. The status says the holder and position while waiting, the lease once held, and STOPPING=1 with the reason when the lease is lost. With WatchdogSec=, the watchdog is fed only while the lease is renewed (and, with command, as the command feeds it)."`
 	Once         string         `placeholder:"ID" help:"Run the command to success at most once per key and ID, across every host and user sharing the store: a run that finds ID done exits 0 (see --once-exit) without running or waiting; only an exit 0 under the lease marks it done. The command gets FENCERUN_ONCE=ID."`
 	OncePer      time.Duration  `placeholder:"D" help:"--once with the UTC start of the current period of D as the ID (floor(unix seconds / D) * D, in RFC 3339): for a cron entry on several hosts that must run once per period. A host whose clock is off by more than the cron jitter may compute a neighbouring period; give --once from the scheduler's time where that matters."`
@@ -56,6 +59,7 @@ type RunCmd struct {
 	saidWaiting string         // the waiting STATUS last sent
 
 	conflictGiven bool   // -E typed or exported: a conflict is the caller's to report
+	slotsGiven    bool   // --slots typed or exported: the command gets FENCERUN_SLOT
 	waitedFor     string // what the wait was waiting for when a signal ended it
 	onceFor       string // the run's --once ID (onceID at its start), or empty
 	acquired      bool   // the lease was taken
@@ -68,6 +72,9 @@ func (r *RunCmd) Validate(kctx *kong.Context) error {
 	}
 	r.conflictGiven = given(kctx, "conflict-exit-code")
 	r.typedWaitWins(kctx)
+	if err := r.validKind(kctx); err != nil {
+		return err
+	}
 	switch {
 	case typedTimes(kctx, "key") > 1:
 		return usage("run takes one --key; it was given %d times", typedTimes(kctx, "key"))
@@ -129,6 +136,42 @@ func (r *RunCmd) typedWaitWins(kctx *kong.Context) {
 	case w && !n:
 		r.NoWait = false
 	}
+}
+
+// validKind checks --slots, --shared and --exclusive (M1, M2). As for -n
+// and --wait, what is typed beats what is exported: FENCERUN_SHARED=1 in a
+// profile does not break a line's -x, nor FENCERUN_SLOTS=4 its -s.
+// Typed together, or exported together, they contradict each other.
+func (r *RunCmd) validKind(kctx *kong.Context) error {
+	slots := given(kctx, "slots")
+	if r.Shared && r.Exclusive {
+		switch s, x := typed(kctx, "shared"), typed(kctx, "exclusive"); {
+		case s && !x:
+			r.Exclusive = false
+		case x && !s:
+			r.Shared = false
+		default:
+			return usage("--shared (-s) and --exclusive (-x) contradict each other: give one")
+		}
+	}
+	if r.Shared && slots {
+		switch s, n := typed(kctx, "shared"), typed(kctx, "slots"); {
+		case s && !n:
+			slots, r.Slots = false, 1
+		case n && !s:
+			r.Shared = false
+		default:
+			return usage("--shared and --slots cannot be combined: --slots N holds one of N slots, --shared any number of shared holds")
+		}
+	}
+	r.slotsGiven = slots
+	switch {
+	case r.Slots < 1 || r.Slots > store.MaxSlots:
+		return usage("--slots %d is out of range: 1 to %d", r.Slots, store.MaxSlots)
+	case r.Resident != "" && (r.Shared || r.Slots > 1):
+		return usage("--shared and --slots are for keys: a resident role has one holder")
+	}
+	return nil
 }
 
 // validResident checks --resident and --build before anything touches the
@@ -311,6 +354,8 @@ func (r *RunCmd) claim(g *Globals, tickAddr string, clock boottime.Clock) (store
 		TTL:    r.TTL,
 		Wait:   !r.wait().None(),
 		Marker: ticksock.Marker(tickAddr),
+		Slots:  r.Slots,
+		Shared: r.Shared,
 		Clock:  clock.Now,
 	}
 	if r.Cgroup != "off" {
@@ -373,7 +418,7 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 	report.end()
 	if lease != nil {
 		r.acquired = true
-		log.Info("acquired the lease", "fence", lease.Fence(), "waited", report.waited())
+		log.Info("acquired the lease", append([]any{"fence", lease.Fence(), "waited", report.waited()}, r.kindFields(lease)...)...)
 	}
 	return lease, err
 }
@@ -382,7 +427,7 @@ func (r *RunCmd) acquire(ctx context.Context, g *Globals, log hclog.Logger, clai
 func (r *RunCmd) acquireKey(ctx context.Context, st store.Store, claim store.Claim, report *waitReport) (store.Lease, error) {
 	lease, holder, err := st.Acquire(ctx, *r.Key, claim)
 	if err != nil {
-		return nil, r.notAcquired(err, func() *store.Holder { return report.gaveUpOn() })
+		return nil, r.notAcquired(err, report.gaveUpOn)
 	}
 	if lease == nil {
 		return nil, fenced.NotAcquiredf("key %s is busy: %s", *r.Key, describe(holder))
@@ -392,9 +437,9 @@ func (r *RunCmd) acquireKey(ctx context.Context, st store.Store, claim store.Cla
 
 // notAcquired says why an acquisition failed: --wait ran out (the conflict
 // code), or anything else (125).
-func (r *RunCmd) notAcquired(err error, holder func() *store.Holder) error {
+func (r *RunCmd) notAcquired(err error, busy func() string) error {
 	if errors.Is(err, errGaveUp) || errors.Is(err, context.DeadlineExceeded) {
-		return fenced.NotAcquiredf("gave up waiting after %v: %s", r.wait(), describe(holder()))
+		return fenced.NotAcquiredf("gave up waiting after %v: %s", r.wait(), busy())
 	}
 	return err
 }
@@ -409,6 +454,9 @@ func (r *RunCmd) commandEnv(lease store.Lease, marker string) []string {
 		env = append(env, "FENCERUN_KEY="+lease.Key())
 	}
 	env = append(env, "FENCERUN_FENCE="+strconv.FormatUint(lease.Fence(), 10))
+	if r.slotsGiven {
+		env = append(env, "FENCERUN_SLOT="+strconv.Itoa(lease.Slot()))
+	}
 	if r.onceFor != "" {
 		env = append(env, "FENCERUN_ONCE="+r.onceFor)
 	}
@@ -421,6 +469,19 @@ func (r *RunCmd) commandEnv(lease store.Lease, marker string) []string {
 		return slices.ContainsFunc(given, func(g string) bool { return strings.HasPrefix(g, name+"=") })
 	})
 	return append(append(env, given...), marker)
+}
+
+// kindFields are the log fields that say how a run holds, beside its
+// fence: its slot with --slots, shared for --shared; nothing for a plain
+// exclusive run.
+func (r *RunCmd) kindFields(lease store.Lease) []any {
+	switch {
+	case r.slotsGiven:
+		return []any{"slot", lease.Slot()}
+	case r.Shared:
+		return []any{"kind", store.KindShared}
+	}
+	return nil
 }
 
 // wait is how long to wait for the lease: -n and -w 0 not at all; keys
@@ -484,7 +545,7 @@ func withoutFencerunVars(env []string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "FENCERUN_KEY", "FENCERUN_RESIDENT", "FENCERUN_FENCE", "FENCERUN_TICK", "FENCERUN_ONCE", "ETCD_LOCK_KEY", "ETCD_LOCK_REV":
+		case "FENCERUN_KEY", "FENCERUN_RESIDENT", "FENCERUN_FENCE", "FENCERUN_TICK", "FENCERUN_ONCE", "FENCERUN_SLOT", "ETCD_LOCK_KEY", "ETCD_LOCK_REV":
 			continue
 		}
 		out = append(out, kv)

@@ -82,7 +82,7 @@ func (s *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	v.Done = done
 	// Free, and no holding recorded (N2): "never used", rc 0 as any free
 	// key (--exit-code: 3).
-	v.NeverUsed = !used && st.State == store.Free && st.Holder == nil && len(st.Waiters) == 0 && v.Leftovers == nil
+	v.NeverUsed = !used && st.State == store.Free && !held(*st) && len(st.Waiters) == 0 && v.Leftovers == nil
 	if s.JSON {
 		if err := writeJSON(os.Stdout, v); err != nil {
 			return err
@@ -130,7 +130,7 @@ func (l *ListCmd) shows(st store.Status) bool {
 	if name == "" {
 		name = st.Store
 	}
-	return strings.HasPrefix(name, l.Prefix) && (!l.Held || st.Holder != nil)
+	return strings.HasPrefix(name, l.Prefix) && (!l.Held || held(st))
 }
 
 // Run lists every key.
@@ -150,17 +150,7 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 	fmt.Fprintln(w, "KEY\tSTATE\tHOLDER\tHELD-FOR\tWAITERS\tREASON")
 	for _, v := range views {
 		st := v.Status
-		holder, heldFor, reason := "-", "-", ""
-		if h := st.Holder; h != nil {
-			holder = h.Name
-			if h.PID != 0 { // none is known of an etcd mutex or a lock without a record
-				holder = fmt.Sprintf("%s (pid %d)", h.Name, h.PID)
-			}
-			if !h.Acquired.IsZero() { // etcd does not know when an etcdctl lock was taken
-				heldFor = now.Sub(h.Acquired).Round(time.Second).String()
-			}
-			reason = h.Reason
-		}
+		holder, since, reason := listHolder(st, now)
 		if st.Err != nil {
 			reason = st.Err.Error()
 		}
@@ -171,12 +161,39 @@ func (l *ListCmd) Run(ctx context.Context, g *Globals) error {
 		if name == "" {
 			name = store.Printable(st.Store) // a resident role, by its store path (keys never start with /)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", name, st.State, store.Printable(holder), heldFor, len(st.Waiters), store.Printable(reason))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", name, st.State, store.Printable(holder), since, len(st.Waiters), store.Printable(reason))
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	return out.Flush()
+}
+
+// listHolder is list's HOLDER, HELD-FOR and REASON of st: an exclusive
+// holder by name and pid, many holders by count ("3 of 4 slots", "2
+// shared"), with the longest hold's time and the reason they all give.
+func listHolder(st store.Status, now time.Time) (holder, since, reason string) {
+	hs := holdersOf(st)
+	switch {
+	case len(hs) == 0:
+		return "-", "-", ""
+	case st.Holder == nil:
+		holder = holdersCount(hs)
+		reason = hs[0].Reason
+		for _, h := range hs {
+			if h.Reason != reason {
+				reason = ""
+			}
+		}
+		return holder, heldFor(hs, now), reason
+	}
+	h := st.Holder
+	holder = h.Name
+	if h.PID != 0 { // none is known of an etcd mutex or a lock without a record
+		holder = fmt.Sprintf("%s (pid %d)", h.Name, h.PID)
+	}
+	// etcd does not know when an etcdctl lock was taken: heldFor says "-".
+	return holder, heldFor(hs, now), h.Reason
 }
 
 // gather reads every key of the store and every resident role the state
@@ -228,11 +245,14 @@ type statusView struct {
 	lastExit *int
 }
 
-// waiterView is a waiter as JSON shows it: queued since, never "acquired".
+// waiterView is a waiter as JSON shows it: queued since, never "acquired";
+// its kind, and with kind slot how many slots it asks for.
 type waiterView struct {
 	Name   string       `json:"name"`
 	PID    int          `json:"pid"`
 	Host   string       `json:"host"`
+	Kind   store.Kind   `json:"kind"`
+	Slots  int          `json:"slots,omitempty"`
 	Reason string       `json:"reason,omitempty"`
 	Since  time.Time    `json:"since"`
 	Build  *store.Build `json:"build,omitempty"`
@@ -259,16 +279,28 @@ func (l *leftoversView) String() string {
 func view(st store.Status) statusView {
 	v := statusView{Status: st, Waiters: []waiterView{}}
 	for _, w := range st.Waiters {
-		v.Waiters = append(v.Waiters, waiterView{Name: w.Name, PID: w.PID, Host: w.Host, Reason: w.Reason, Since: w.Acquired, Build: w.Build})
+		v.Waiters = append(v.Waiters, waiterView{Kind: kindOf(w), Slots: w.Slots, Name: w.Name, PID: w.PID, Host: w.Host, Reason: w.Reason, Since: w.Acquired, Build: w.Build})
 	}
 	if st.Err != nil {
 		v.Error = st.Err.Error()
 	}
-	if h := st.Holder; h != nil && h.Cgroup != "" {
-		c := *h
-		c.Processes, _ = supervisor.CountTrees([]store.Leftover{{HolderPID: h.PID, Host: h.Host, Cgroup: h.Cgroup}})
-		v.Holder = &c
+	// Each holder with its kind, and how many processes its cgroup holds;
+	// the exclusive holder is the same one, as shown in holders.
+	v.Holders = slices.Clone(holdersOf(st))
+	for i := range v.Holders {
+		v.Holders[i] = shown(v.Holders[i])
 	}
+	if x := st.Holder; x != nil {
+		i := slices.IndexFunc(v.Holders, func(h store.Holder) bool { return h.Fence == x.Fence && h.PID == x.PID })
+		if i < 0 {
+			h := shown(*x)
+			v.Holder = &h
+		} else {
+			v.Holder = &v.Holders[i]
+		}
+	}
+	// A dead slot or shared holder's leftovers are shown beside the live
+	// holders: its slot's next holder stops them, and until then they run.
 	if st.Holder == nil && len(st.Leftovers) > 0 {
 		// One that cannot be counted is shown too: the next run, which
 		// must stop it first, would fail as this did (never "free" alone
@@ -282,6 +314,16 @@ func view(st store.Status) statusView {
 		}
 	}
 	return v
+}
+
+// shown is h as status shows it: with its kind, and how many processes
+// its cgroup holds (only this host can count them).
+func shown(h store.Holder) store.Holder {
+	h.Kind = kindOf(h)
+	if h.Cgroup != "" {
+		h.Processes, _ = supervisor.CountTrees([]store.Leftover{{HolderPID: h.PID, Host: h.Host, Cgroup: h.Cgroup}})
+	}
+	return h
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -308,34 +350,9 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 		fmt.Fprintf(tw, "error:\t%s\n", store.Printable(st.Err.Error()))
 	}
 	if h := st.Holder; h != nil {
-		fmt.Fprintf(tw, "holder:\t%s\n", who(h))
-		if h.CommandPID != 0 {
-			fmt.Fprintf(tw, "command pid:\t%d\n", h.CommandPID)
-		}
-		if h.Cgroup != "" {
-			fmt.Fprintf(tw, "cgroup:\t%s (%d processes)\n", store.Printable(h.Cgroup), h.Processes)
-		}
-		if h.Reason != "" {
-			fmt.Fprintf(tw, "reason:\t%s\n", store.Printable(h.Reason))
-		}
-		if !h.Acquired.IsZero() {
-			fmt.Fprintf(tw, "acquired:\t%s (%s ago)\n", h.Acquired.Local().Format(time.RFC3339), now.Sub(h.Acquired).Round(time.Second))
-		}
-		if !h.Expires.IsZero() {
-			fmt.Fprintf(tw, "expires:\t%s (%s)\n", h.Expires.Local().Format(time.RFC3339), relative(h.Expires, now))
-		}
-		if h.Fence != 0 { // fences start at 1: 0 is a holder without a record
-			fmt.Fprintf(tw, "fence:\t%d\n", h.Fence)
-		}
-		if !h.LastTick.IsZero() {
-			fmt.Fprintf(tw, "last tick:\t%s (%s ago)\n", h.LastTick.Local().Format(time.RFC3339), now.Sub(h.LastTick).Round(time.Second))
-		}
-		if b := h.Build; b != nil {
-			fmt.Fprintf(tw, "build:\t%s%s, %d bytes%s\n", prefix("", store.Printable(b.Path)+", "), b.ModTime.Format(time.RFC3339), b.Size, orDefault(prefix(", revision ", b.Revision), ""))
-		}
-		if h.Cancel {
-			fmt.Fprintf(tw, "cancel:\trequested\n")
-		}
+		printHolder(tw, h, now)
+	} else if len(st.Holders) > 0 {
+		printHolders(tw, st.Holders, now)
 	}
 	if l := v.Leftovers; l != nil {
 		fmt.Fprintf(tw, "leftovers:\t%d processes of dead holder pid %d", l.Count, l.HolderPID)
@@ -347,12 +364,56 @@ func printStatus(w io.Writer, v statusView, now time.Time) {
 		}
 		fmt.Fprintln(tw)
 	}
-	if len(st.Waiters) > 0 {
-		fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
-		for i, h := range st.Waiters {
-			fmt.Fprintf(tw, "  %d.\t%s (pid %d on %s), since %s (%s)%s\n", i+1, store.Printable(h.Name), h.PID, store.Printable(h.Host),
-				h.Acquired.Local().Format(time.RFC3339), ago(h.Acquired, now), prefix(", reason: ", store.Printable(h.Reason)))
+	printWaiters(tw, st, now)
+}
+
+// printHolder writes an exclusive holder, a field a line.
+func printHolder(tw io.Writer, h *store.Holder, now time.Time) {
+	fmt.Fprintf(tw, "holder:\t%s\n", who(h))
+	if h.CommandPID != 0 {
+		fmt.Fprintf(tw, "command pid:\t%d\n", h.CommandPID)
+	}
+	if h.Cgroup != "" {
+		fmt.Fprintf(tw, "cgroup:\t%s (%d processes)\n", store.Printable(h.Cgroup), h.Processes)
+	}
+	if h.Reason != "" {
+		fmt.Fprintf(tw, "reason:\t%s\n", store.Printable(h.Reason))
+	}
+	if !h.Acquired.IsZero() {
+		fmt.Fprintf(tw, "acquired:\t%s (%s ago)\n", h.Acquired.Local().Format(time.RFC3339), now.Sub(h.Acquired).Round(time.Second))
+	}
+	if !h.Expires.IsZero() {
+		fmt.Fprintf(tw, "expires:\t%s (%s)\n", h.Expires.Local().Format(time.RFC3339), relative(h.Expires, now))
+	}
+	if h.Fence != 0 { // fences start at 1: 0 is a holder without a record
+		fmt.Fprintf(tw, "fence:\t%d\n", h.Fence)
+	}
+	if !h.LastTick.IsZero() {
+		fmt.Fprintf(tw, "last tick:\t%s (%s ago)\n", h.LastTick.Local().Format(time.RFC3339), now.Sub(h.LastTick).Round(time.Second))
+	}
+	if b := h.Build; b != nil {
+		fmt.Fprintf(tw, "build:\t%s%s, %d bytes%s\n", prefix("", store.Printable(b.Path)+", "), b.ModTime.Format(time.RFC3339), b.Size, orDefault(prefix(", revision ", b.Revision), ""))
+	}
+	if h.Cancel {
+		fmt.Fprintf(tw, "cancel:\trequested\n")
+	}
+}
+
+// printWaiters writes the waiters in order; each with its kind where the
+// key's holders or waiters are not all exclusive.
+func printWaiters(tw io.Writer, st store.Status, now time.Time) {
+	if len(st.Waiters) == 0 {
+		return
+	}
+	kinds := many(st)
+	fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
+	for i, h := range st.Waiters {
+		kind := ""
+		if kinds {
+			kind = ", " + waitsFor(h)
 		}
+		fmt.Fprintf(tw, "  %d.\t%s (pid %d on %s), since %s (%s)%s%s\n", i+1, store.Printable(h.Name), h.PID, store.Printable(h.Host),
+			h.Acquired.Local().Format(time.RFC3339), ago(h.Acquired, now), kind, prefix(", reason: ", store.Printable(h.Reason)))
 	}
 }
 

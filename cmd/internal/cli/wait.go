@@ -44,8 +44,8 @@ type waitReport struct {
 	done   chan struct{}
 	cancel context.CancelFunc // ends a read in flight (end)
 
-	mu     sync.Mutex
-	holder *store.Holder // the holder last seen, for a wait that ran out
+	mu   sync.Mutex
+	busy string // who held it when last seen, for a wait that ran out
 }
 
 // firstLook is how long an acquisition may take before it counts as a
@@ -60,10 +60,11 @@ const (
 // the line on a terminal, the interruption's message and a service
 // manager's status are made of it.
 type waitState struct {
-	Holder   *store.Holder // nil: not held (a handoff in progress)
-	Position int           // 1 is next; 0: this process is not in the queue
-	Waiters  int           // in the queue
-	Left     time.Duration // until --wait ends; negative: forever
+	Holder   *store.Holder  // the exclusive holder, or nil
+	Holders  []store.Holder // every holder (M3); none: not held (a handoff in progress)
+	Position int            // 1 is next; 0: this process is not in the queue
+	Waiters  int            // in the queue
+	Left     time.Duration  // until --wait ends; negative: forever
 }
 
 // State reads what the wait is waiting for now, on demand.
@@ -72,7 +73,7 @@ func (w *waitReport) State(ctx context.Context) (waitState, error) {
 	if err != nil {
 		return waitState{}, err
 	}
-	s := waitState{Holder: st.Holder, Waiters: len(st.Waiters), Left: -1}
+	s := waitState{Holder: st.Holder, Holders: holdersOf(*st), Waiters: len(st.Waiters), Left: -1}
 	pid, host := os.Getpid(), hostname()
 	for i, q := range st.Waiters {
 		if q.PID == pid && (q.Host == "" || q.Host == host) {
@@ -83,7 +84,7 @@ func (w *waitReport) State(ctx context.Context) (waitState, error) {
 		s.Left = max(0, w.limit.Limit()-time.Since(w.start))
 	}
 	w.mu.Lock()
-	w.holder = st.Holder
+	w.busy = busyWith(st)
 	w.mu.Unlock()
 	return s, nil
 }
@@ -102,6 +103,8 @@ func (s waitState) String() string {
 		if !h.Acquired.IsZero() {
 			fmt.Fprintf(&in, " for %s", max(0, time.Since(h.Acquired)).Round(time.Second))
 		}
+	} else if len(s.Holders) > 0 {
+		in.WriteString(heldByMany(s.Holders))
 	} else {
 		in.WriteString("not held yet")
 	}
@@ -174,6 +177,8 @@ func (w *waitReport) logQueued(s waitState) {
 	args := []any{"position", s.Position, "waiters", s.Waiters}
 	if h := s.Holder; h != nil {
 		args = append(args, "holder", store.Printable(h.Name), "holder_pid", h.PID, "holder_host", store.Printable(h.Host))
+	} else if len(s.Holders) > 0 {
+		args = append(args, "holders", holdersCount(s.Holders))
 	}
 	w.log.Info("waiting for the lease", args...)
 }
@@ -198,12 +203,12 @@ func (w *waitReport) end() {
 	<-w.done
 }
 
-// lastHolder is the holder the report last saw (nil if none, or if it
-// never read).
-func (w *waitReport) lastHolder() *store.Holder {
+// lastBusy says who held it when the report last read (busyWith), or
+// that another process does, if it never read.
+func (w *waitReport) lastBusy() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.holder
+	return orDefault(w.busy, describe(nil))
 }
 
 // closingLook bounds the status read that names the holder once a wait
@@ -212,16 +217,14 @@ func (w *waitReport) lastHolder() *store.Holder {
 // waited out again.
 const closingLook = 250 * time.Millisecond
 
-// gaveUpOn is the holder to name once a wait ran out: as a status read
-// now finds it, or, when that read does not answer within closingLook,
-// as the report last saw it.
-func (w *waitReport) gaveUpOn() *store.Holder {
+// gaveUpOn names who holds it once a wait ran out: as a status read now
+// finds it, or, when that read does not answer within closingLook, as
+// the report last saw it.
+func (w *waitReport) gaveUpOn() string {
 	ctx, cancel := context.WithTimeout(context.Background(), closingLook)
 	defer cancel()
-	if s, err := w.State(ctx); err == nil {
-		return s.Holder
-	}
-	return w.lastHolder()
+	_, _ = w.State(ctx) // a read that answers updates what lastBusy says
+	return w.lastBusy()
 }
 
 // interruptible returns the context to wait under: ctx, except that when
