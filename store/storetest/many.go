@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,6 +144,35 @@ func releaseAll(t *testing.T, ls ...store.Lease) {
 	for _, l := range ls {
 		release(t, l)
 	}
+}
+
+// keepRenewed renews ls in the background, as their keepers would, until
+// the stop it returns is called (at the latest by the test's cleanup):
+// for waits that may last DeadAfter, longer than a lease's TTL. The
+// leases are the keeper's alone until then.
+func (b *Backend) keepRenewed(t *testing.T, ls ...store.Lease) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(b.TTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			for _, l := range ls {
+				if _, err := l.Renew(context.Background()); err != nil {
+					t.Errorf("keeping slot %d (fence %d) renewed: %v", l.Slot(), l.Fence(), err)
+				}
+			}
+		}
+	})
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // rising fails unless fences strictly rise.

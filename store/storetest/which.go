@@ -168,6 +168,7 @@ func testDeadSlotHolder(t *testing.T, b *Backend) {
 		t.Fatalf("the helper took slot %d, want 0", slot)
 	}
 	live := acquire(t, s, "d", b.slotClaim("live", 2))
+	stop := b.keepRenewed(t, live) // through DeadAfter, longer than a TTL
 	deadPID := dead.Pid()
 	dead.Kill()
 	ctx, cancel := context.WithTimeout(t.Context(), b.deadWithin())
@@ -183,6 +184,7 @@ func testDeadSlotHolder(t *testing.T, b *Backend) {
 	if live.Predecessor() != nil {
 		t.Errorf("the live holder has a predecessor %+v", live.Predecessor())
 	}
+	stop()
 	renews(t, live)
 	requested(t, live, store.RequestNone)
 	release(t, next)
@@ -213,6 +215,7 @@ func testDeadSlotHolderWakesWaiter(t *testing.T, b *Backend) {
 		t.Fatalf("the helper took slot %d, want 1", slot)
 	}
 	third := acquire(t, s, "dw", b.slotClaim("slot2", 3))
+	stop := b.keepRenewed(t, first, third) // through DeadAfter, longer than a TTL
 	w := waitAsync(t, s, "dw", b.slotClaim("waiter", 3), b.deadWithin())
 	waitWaiters(t, s, "dw", 1)
 	deadPID := dead.Pid()
@@ -224,6 +227,7 @@ func testDeadSlotHolderWakesWaiter(t *testing.T, b *Backend) {
 	if p := l.Predecessor(); l.Slot() != 1 || p == nil || p.PID != deadPID || !slices.Contains(leftovers(p), marker) {
 		t.Errorf("the waiter took slot %d with predecessor %+v; want slot 1 and the dead holder pid %d's leftovers", l.Slot(), p, deadPID)
 	}
+	stop()
 	release(t, l)
 	checkSlotHolders(t, status(t, s, "dw"), 3, first, third)
 	if _, err := s.Prune(t.Context()); err != nil {
