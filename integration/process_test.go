@@ -48,6 +48,9 @@ type sandbox struct {
 	// finds survivors by it and never touches anything else.
 	mark string
 	logs []string
+	// env is added to every fencerun's environment: FENCERUN_ETCD for
+	// a test on etcd.
+	env []string
 }
 
 func newSandbox(t *testing.T) *sandbox {
@@ -67,6 +70,7 @@ func (s *sandbox) path(name string) string { return filepath.Join(s.work, name) 
 func (s *sandbox) fencerun(log string, args ...string) *exec.Cmd {
 	s.t.Helper()
 	c := fencerun(s.state, args...)
+	c.Env = append(c.Env, s.env...)
 	s.prepare(c, log)
 	return c
 }
@@ -112,9 +116,20 @@ type keyStatus struct {
 		PID   int    `json:"pid"`
 		Fence uint64 `json:"fence"`
 	} `json:"holder"`
+	// Holders is every holder (M3), each with its kind and slot.
+	Holders []struct {
+		Kind  string `json:"kind"`
+		Slot  *int   `json:"slot"`
+		Slots int    `json:"slots"`
+		Name  string `json:"name"`
+		PID   int    `json:"pid"`
+		Fence uint64 `json:"fence"`
+	} `json:"holders"`
 	Waiters []struct {
-		Name string `json:"name"`
-		PID  int    `json:"pid"`
+		Name  string `json:"name"`
+		PID   int    `json:"pid"`
+		Kind  string `json:"kind"`
+		Slots int    `json:"slots"`
 	} `json:"waiters"`
 }
 
@@ -138,6 +153,7 @@ func (s *sandbox) status(key string) keyStatus {
 func (s *sandbox) output(args ...string) (string, string, int) {
 	s.t.Helper()
 	c := fencerun(s.state, args...)
+	c.Env = append(c.Env, s.env...)
 	c.Dir = s.work
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
