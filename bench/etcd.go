@@ -37,6 +37,7 @@ type etcdBench struct {
 	version string // of the server, for the header
 
 	fencerun *tool // fencerun --etcd URL, through the file binary's exec
+	slots    *tool // the same with M1's --slots
 	etcdctl  *tool // Debian's
 	current  *tool // the current etcdctl, built here
 	floor    *tool // bench/etcdfloor, in the hold only
@@ -49,7 +50,7 @@ func (h *harness) startEtcd(fencerunBin string, fencerunErr error) *etcdBench {
 	fail := func(err error) *etcdBench {
 		e.err = fmt.Errorf("P7 skipped: %w", err)
 		h.progress("%v", e.err)
-		for _, t := range []**tool{&e.fencerun, &e.etcdctl, &e.current, &e.floor} {
+		for _, t := range []**tool{&e.fencerun, &e.slots, &e.etcdctl, &e.current, &e.floor} {
 			*t = &tool{name: "—", err: e.err}
 		}
 		return e
@@ -80,8 +81,11 @@ func (h *harness) startEtcd(fencerunBin string, fencerunErr error) *etcdBench {
 		helperErr = h.buildEtcdHelper(fencerunBin)
 	}
 	url := srv.URL()
-	e.fencerun = h.fencerunOn("fencerun --etcd", fencerunBin, helperErr, func(lockSpec) []string { return []string{"--etcd", url} })
+	backend := func(lockSpec) []string { return []string{"--etcd", url} }
+	e.fencerun = h.fencerunOn("fencerun --etcd", fencerunBin, helperErr, backend)
 	e.fencerun.shared, e.fencerun.settle = true, etcdSettle
+	e.slots = h.fencerunOn("fencerun --etcd "+strings.Join(h.slotsFlags(), " "), fencerunBin, helperErr, backend, h.slotsFlags()...)
+	e.slots.shared = true
 	e.floor = h.etcdFloorTool(url)
 
 	bin, err := exec.LookPath("etcdctl")
@@ -89,7 +93,8 @@ func (h *harness) startEtcd(fencerunBin string, fencerunErr error) *etcdBench {
 		err = fmt.Errorf("etcdctl not found (Debian: apt-get install etcd-client): %w", err)
 	}
 	e.etcdctl = e.etcdctlTool(h, bin, err)
-	if h.cfg.Etcdctl == "none" {
+	if h.cfg.Etcdctl == "none" || !h.cfg.wants("P7") && !h.cfg.wants("P8") {
+		// M1 alone measures no etcdctl: none is built.
 		e.current = nil
 		return e
 	}

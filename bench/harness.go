@@ -38,17 +38,21 @@ type config struct {
 	IdleSizes   []int         // P8: queue lengths at rest
 	IdleWindow  time.Duration // P8: how long a queue at rest is measured
 	BenchCount  int           // -count of the store's Go benchmarks; 0 skips them
+	SemJobs     int           // M1: jobs started together
+	SemSlots    int           // M1: the semaphore's slots (--slots)
+	SemJob      time.Duration // M1: how long each job sleeps
+	SemRounds   int           // M1: recorded bursts per tool
 	Guard       time.Duration // a process that runs longer is killed: a failure guard, never a measure
 	Keep        bool          // keep the work directory
-	// Only names the figures to measure (p1 … p8; p4 brings p5); empty:
-	// all of them.
+	// Only names the figures to measure (p1 … p8, m1, m2; p4 brings p5);
+	// empty: all of them.
 	Only []string
 	// Etcdctl is the current etcdctl for P7 beside Debian's: empty, build
 	// it from the module proxy; "none", measure Debian's only.
 	Etcdctl string
 }
 
-// wants says whether figure id (P1 … P7) is to be measured.
+// wants says whether figure id (P1 … P8, M1, M2) is to be measured.
 func (c config) wants(id string) bool {
 	if len(c.Only) == 0 {
 		return true
@@ -83,6 +87,10 @@ func defaultConfig() config {
 		DrainRounds: 3,
 		IdleSizes:   []int{10, 100, 1000},
 		IdleWindow:  5 * time.Second,
+		SemJobs:     40,
+		SemSlots:    4,
+		SemJob:      50 * time.Millisecond,
+		SemRounds:   5,
 		BenchCount:  1, // each -count costs ~45 s here: BenchmarkList10000 makes its 10,000 keys anew
 		Guard:       30 * time.Second,
 	}
@@ -108,12 +116,18 @@ func (c config) validate() error {
 		return errors.New("bench: the hold TTL must be at least 1s, as for fencerun")
 	case c.Guard <= 0:
 		return errors.New("bench: the guard must be positive")
+	case c.SemJobs < 1 || c.SemRounds < 1 || c.SemJob <= 0:
+		return errors.New("bench: the semaphore needs at least 1 job of a positive length and 1 round")
+	case c.SemSlots < 1 || c.SemSlots > 1024:
+		return errors.New("bench: the semaphore's slots must be 1 to 1024, as --slots")
 	case c.wants("P7") && c.HoldTTL < 2*time.Second:
 		return errors.New("bench: P7 needs a hold TTL of at least 2s, etcd's shortest lease")
 	}
 	for _, o := range c.Only {
-		if len(o) != 2 || (o[0] != 'p' && o[0] != 'P') || o[1] < '1' || o[1] > '8' {
-			return fmt.Errorf("bench: -only %q: figures are p1 … p8", o)
+		p := len(o) == 2 && (o[0] == 'p' || o[0] == 'P') && o[1] >= '1' && o[1] <= '8'
+		m := len(o) == 2 && (o[0] == 'm' || o[0] == 'M') && o[1] >= '1' && o[1] <= '2'
+		if !p && !m {
+			return fmt.Errorf("bench: -only %q: figures are p1 … p8, m1 and m2", o)
 		}
 	}
 	return nil
@@ -135,9 +149,13 @@ type harness struct {
 	// containment costs is fencerun's figures next to its.
 	fencerunOff *tool
 	flock       *tool
-	floor       *tool      // bench/floor: the least a Go wrapper does (pair.floor)
-	populate    string     // path of the populate program; "" when it did not build
-	etcd        *etcdBench // P7's server and tools; nil when P7 is not measured
+	// M1 and M2: fencerun --slots SemSlots and the flock(1) script of as
+	// many lock files; fencerun --shared and flock -s.
+	fencerunSlots, flockSlots   *tool
+	fencerunShared, flockShared *tool
+	floor                       *tool      // bench/floor: the least a Go wrapper does (pair.floor)
+	populate                    string     // path of the populate program; "" when it did not build
+	etcd                        *etcdBench // P7's server and tools; nil when P7 is not measured
 
 	notes []string // said under the table: how figures were taken, what went wrong
 }
@@ -177,8 +195,12 @@ func newHarness(cfg config) (*harness, error) {
 		err = fmt.Errorf("flock(1) not found (Debian: apt-get install util-linux): %w", err)
 	}
 	h.flock = h.flockTool(flockBin, err)
+	h.fencerunSlots = h.fencerunTool(bin, h.fencerun.err, h.slotsFlags()...)
+	h.flockSlots = h.flockSemTool(flockBin, err)
+	h.fencerunShared = h.fencerunTool(bin, h.fencerun.err, "--shared")
+	h.flockShared = h.flockSharedTool(flockBin, err)
 	h.floor = h.floorTool(h.buildFloor())
-	if cfg.wants("P7") || cfg.wants("P8") {
+	if cfg.wants("P7") || cfg.wants("P8") || cfg.wants("M1") {
 		h.etcd = h.startEtcd(bin, h.fencerun.err)
 	}
 	return h, nil
@@ -230,6 +252,10 @@ func (h *harness) buildStamp() (string, error) {
 		}
 		if _, err := readStamp(probe); err != nil {
 			failed = append(failed, fmt.Sprintf("%s: built but wrote no stamp: %v", b.name, err))
+			continue
+		}
+		if err := probeJob(bin, probe+"-job"); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: built but its job form fails: %v", b.name, err))
 			continue
 		}
 		note := "The stamp program was built " + b.name + "."

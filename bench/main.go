@@ -63,10 +63,14 @@ func main() {
 		return err
 	})
 	flag.DurationVar(&cfg.IdleWindow, "idle-window", cfg.IdleWindow, "P8: how long a queue at rest is measured")
+	flag.IntVar(&cfg.SemJobs, "sem-jobs", cfg.SemJobs, "M1: jobs started together")
+	flag.IntVar(&cfg.SemSlots, "sem-slots", cfg.SemSlots, "M1: the semaphore's slots (--slots)")
+	flag.DurationVar(&cfg.SemJob, "sem-job", cfg.SemJob, "M1: how long each job sleeps")
+	flag.IntVar(&cfg.SemRounds, "sem-rounds", cfg.SemRounds, "M1: recorded bursts per tool")
 	flag.IntVar(&cfg.BenchCount, "bench-count", cfg.BenchCount, "-count for the store's Go benchmarks (6 for benchstat); 0 skips them")
 	flag.DurationVar(&cfg.Guard, "guard", cfg.Guard, "kill any process of the harness that runs longer (a failure guard)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work directory, to look at state and stderr files")
-	only := flag.String("only", "", "measure only these figures, comma-separated (p1,…,p8; p4 brings p5), and print the table without writing -out unless it is given")
+	only := flag.String("only", "", "measure only these figures, comma-separated (p1,…,p8, m1, m2; p4 brings p5), and print the table without writing -out unless it is given")
 	flag.StringVar(&cfg.Etcdctl, "etcdctl", "", "P7: the current etcdctl to measure beside Debian's (default: build it from the module proxy at the etcd client's version; none: Debian's only)")
 	flag.Parse()
 	onlyGiven := false
@@ -74,7 +78,7 @@ func main() {
 	if onlyGiven && strings.TrimSpace(*only) == "" {
 		// Not a full run that rewrites BENCHMARKS.md: -only "$UNSET" asked
 		// for a part.
-		fmt.Fprintln(os.Stderr, `bench: -only "" names no figure: give p1 … p8, comma-separated, or leave -only out to measure all`)
+		fmt.Fprintln(os.Stderr, `bench: -only "" names no figure: give p1 … p8, m1 or m2, comma-separated, or leave -only out to measure all`)
 		os.Exit(2)
 	}
 	if cfg.Etcdctl != "" && cfg.Etcdctl != "none" {
@@ -154,6 +158,12 @@ func (h *harness) measure() []row {
 	if h.cfg.wants("P3") {
 		rows = append(rows, h.revoke(h.fencerun, atMost(0.100, seconds))...)
 		rows = append(rows, h.revoke(h.fencerunOff, goal{text: "—"})...)
+	}
+	if h.cfg.wants("M1") {
+		rows = append(rows, h.semaphore()...)
+	}
+	if h.cfg.wants("M2") {
+		rows = append(rows, h.sharedStart()...)
 	}
 	var holds []holdSet
 	if h.cfg.wants("P4") {

@@ -240,8 +240,9 @@ func document(cfg config, when time.Time, rows []row, harnessNotes []string, gob
 	for _, l := range machine(cfg) {
 		fmt.Fprintf(&b, "- %s\n", l)
 	}
-	fmt.Fprintf(&b, "- counts: %d runs per tool after %d warm-up, interleaved; %d sequential runs per tool in blocks of %d; handoff loop %d rounds of %d waiters × %d runs; queue drain %d rounds of %v waiters; idle queues of %v waiters, %s each; %d holds per tool; list %d runs\n\n",
+	fmt.Fprintf(&b, "- counts: %d runs per tool after %d warm-up, interleaved; %d sequential runs per tool in blocks of %d; handoff loop %d rounds of %d waiters × %d runs; queue drain %d rounds of %v waiters; idle queues of %v waiters, %s each; %d holds per tool; list %d runs\n",
 		cfg.Runs, cfg.Warmup, cfg.SeqRuns, cfg.SeqBlock, cfg.LoopRounds, cfg.LoopWaiters, cfg.LoopRuns, cfg.DrainRounds, cfg.DrainSizes, cfg.IdleSizes, human(cfg.IdleWindow), cfg.Holds, cfg.ListRuns)
+	fmt.Fprintf(&b, "- M1: %d bursts per tool of %d jobs of %s on %d slots\n\n", cfg.SemRounds, cfg.SemJobs, human(cfg.SemJob), cfg.SemSlots)
 	b.WriteString(tbl)
 	if len(notes) > 0 {
 		b.WriteString("\nNot measured:\n\n")
@@ -250,7 +251,7 @@ func document(cfg config, when time.Time, rows []row, harnessNotes []string, gob
 		}
 	}
 	b.WriteString("\n## How each figure is taken\n\n")
-	for _, l := range method(cfg) {
+	for _, l := range append(method(cfg), manyMethod(cfg)...) {
 		fmt.Fprintf(&b, "- %s\n", l)
 	}
 	for _, n := range harnessNotes {
@@ -277,5 +278,14 @@ func method(cfg config) []string {
 		fmt.Sprintf("P4/P5: %d wrappers of each tool hold a lock at once for %s (fencerun with --ttl %s), their command `sh -c 'read x < FIFO'`. VmHWM is read from /proc/PID/status just before the command is let go; CPU is utime+stime from wait4, so it includes start-up, acquire, release and the shell (under 1 ms), as the goal does.", cfg.Holds, human(cfg.Hold), human(cfg.HoldTTL)),
 		fmt.Sprintf("P6: keys are made by bench/populate, which acquires and releases each once through package filestore, leaving the free records `run --key bench-NNNNN -- true` leaves (through that CLI where bench/populate does not build; a note then says so); `list --json` must show them all. list runs with stdout to /dev/null. status of the same key runs alternately in a store of %s keys and one of %d; the goal is that it does not grow (≤ 1.5x).", thousands(cfg.Keys), cfg.FewKeys),
 		fmt.Sprintf("P7 (etcd): the harness starts one etcd server of its own (Debian's /usr/bin/etcd, as the tests start theirs: one member, a data directory in its work directory, free loopback ports) and runs `fencerun --etcd URL run --key K -- CMD` (the file binary, which execs fencerun-etcd beside it, as a user's run does) against `etcdctl --endpoints URL lock K -- CMD`, Debian's etcdctl and the current one (built from the module proxy at fencerun's etcd client's version, -etcdctl), all interleaved, each scenario on a key of its own. The uncontended run and the handoff are P1's and P2's scenarios; an etcdctl waiter counts as queued once its key is under K/ beside the holder's (one key per contender), a fencerun one once `status --json` lists its pid; once asleep, each is left 200 ms more before the holder lets go, because etcd delivers a watch that starts at a revision already written (etcdctl's) only after a sync loop that runs every 100 ms: a younger etcdctl waiter is woken by that loop, some 50 ms late, not by the release (fencerun's waiter watches from the next revision and is not). The hold is P4/P5's, run after theirs on its own (each backend's hold alone, so neither's wake-ups land in the other's CPU): fencerun with --ttl %s, etcdctl with its default session TTL (10 s: its keep-alives come every 3.3 s, fencerun's every %s). The goals: wall times no slower than either etcdctl (≤ 1x), the hold's CPU at most 50 ms (P4 on etcd), peak RSS at most 20 MiB. Its hold's rows marked \"against a floor\" put fencerun's same sample beside bench/etcdfloor's, held at once with the others at fencerun's TTL: not a peer but the least a Go holder on fencerun's etcd client does (grant, the contender put, a keep-alive on a kept stream and a compare in one write every TTL/3, the deadline on CLOCK_BOOTTIME, delete and revoke; no parser, hop, side keys, watches, cgroup or signal handling: its package comment lists what it leaves out).", human(cfg.HoldTTL), human(cfg.HoldTTL/3)),
+	}
+}
+
+// manyMethod says how the figures of many holders of one key (M1, M2) are
+// taken.
+func manyMethod(cfg config) []string {
+	return []string{
+		fmt.Sprintf("M1: each burst starts %[1]d runs of `fencerun --dir D run --key k --slots %[2]d --wait forever -- stamp SPANS %[3]d` back to back and waits for them all; the job is bench/stamp given a length, a static C program that reads CLOCK_MONOTONIC, sleeps until %[4]s after that (clock_nanosleep), reads it again and appends \"START END\" to SPANS, so that its own start costs well under a millisecond and the figure is the semaphore's, not the job's. Jobs per second is %[1]d over the burst's wall time (CLOCK_MONOTONIC, from just before the first fork to after the last wait); the share is the time during which %[2]d jobs ran at once, by their own stamps, over that wall time (a burst in which more than %[2]d ran at once is an error, not a figure). The ideal is what a perfect %[2]d-slot semaphore would do with the same jobs: %[2]d over the mean stamped job time (%[1]d jobs / %[2]d slots × job time, taken from the same burst), so its share would be 100%%. CPU per job is utime+stime from wait4 of every run in the burst (wrapper, its waiting and the job) over %[1]d. The flock(1) peer is the semaphore people script with it, no GNU parallel: `sh -c` trying `flock -n -E 75 k.slotI.lock JOB` on each of %[2]d lock files in turn and sleeping %[5]s s after a pass that found all busy; it runs the same bursts, interleaved burst by burst with fencerun's, %[6]d recorded per tool after one warm-up. On etcd the same bursts run `fencerun --etcd URL run --key K --slots %[2]d` against the P7 server, beside their ideal only: etcdctl has no semaphore.", cfg.SemJobs, cfg.SemSlots, cfg.SemJob.Nanoseconds(), human(cfg.SemJob), flockPoll, cfg.SemRounds),
+		"M2: a first shared holder (`fencerun run --shared --key k -- sh -c 'read x < FIFO'`, or `flock -s k.lock` the same) holds k for the whole scenario; then `fencerun --dir D run --shared --key k -- true` and `flock -s D/k.lock true` alternate run by run, as P1's uncontended runs (the same counts and warm-up), each timed fork to wait. A second shared hold that waited for the first would end only at the guard: an error, not a figure.",
 	}
 }

@@ -183,8 +183,8 @@ func (h *harness) stampLatency() (float64, error) {
 	_ = os.Remove(path)
 	cmd := exec.Command(h.stamp, path)
 	cmd.Env = h.env
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+	t0, err := monotonic()
+	if err != nil {
 		return 0, err
 	}
 	if err := cmd.Run(); err != nil {
@@ -194,7 +194,7 @@ func (h *harness) stampLatency() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return float64(got-ts.Nano()) / 1e9, nil
+	return float64(got-t0) / 1e9, nil
 }
 
 func describe(s *sample, u unit) string {

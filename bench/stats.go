@@ -50,6 +50,7 @@ const (
 	seconds unit = iota // wall or CPU time
 	bytes               // memory
 	perSec              // a rate
+	share               // a fraction of a whole, printed as a percentage
 )
 
 func (u unit) format(v float64) string {
@@ -61,6 +62,8 @@ func (u unit) format(v float64) string {
 		return fmt.Sprintf("%.1f MiB", v/(1<<20))
 	case perSec:
 		return fmt.Sprintf("%.0f/s", v)
+	case share:
+		return fmt.Sprintf("%.1f%%", v*100)
 	}
 	d := time.Duration(v * float64(time.Second))
 	switch {

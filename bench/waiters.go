@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Waiters at scale (issue 21): P2's queue drain at several lengths, with
@@ -131,11 +129,11 @@ func sinceStamp(path string, last time.Time) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("holder's stamp: %w", err)
 	}
-	var now unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+	now, err := monotonic()
+	if err != nil {
 		return 0, err
 	}
-	span := time.Duration(now.Nano()-exited) - time.Since(last)
+	span := time.Duration(now-exited) - time.Since(last)
 	if span <= 0 {
 		return 0, errors.New("queue drain: the last waiter ended before the holder's command exited")
 	}

@@ -19,7 +19,14 @@
  * as soon as this program ran at all. Used as the holder's last command (exec
  * from sh), the stamp precedes the real exit by one open and one write, a few
  * microseconds, and the same for every tool the harness compares.
+ *
+ * With a second argument NS, stamp is a short job of known length (the
+ * semaphore throughput, M1): it sleeps until NS nanoseconds after its start
+ * (clock_nanosleep, TIMER_ABSTIME), reads the clock again and appends one
+ * line "START END". One write of under 50 bytes to an O_APPEND file, so the
+ * lines of many jobs at once never mix.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -51,6 +58,7 @@ static long sys4(long n, long a, long b, long c, long d)
 static long now(struct timespec *ts) { return sys4(SYS_clock_gettime, CLOCK_MONOTONIC, (long)ts, 0, 0); }
 static long open_append(const char *path) { return sys4(SYS_openat, AT_FDCWD, (long)path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600); }
 static long put(long fd, const char *b, long n) { return sys4(SYS_write, fd, (long)b, n, 0); }
+static long doze(const struct timespec *until) { return sys4(SYS_clock_nanosleep, CLOCK_MONOTONIC, TIMER_ABSTIME, (long)until, 0); }
 static long shut(long fd) { return sys4(SYS_close, fd, 0, 0, 0); }
 
 static int stamp(int argc, char **argv);
@@ -78,7 +86,6 @@ __asm__(".text\n.global _start\n_start:\n"
 
 #else /* libc */
 
-#include <errno.h>
 #include <unistd.h>
 
 static long now(struct timespec *ts) { return clock_gettime(CLOCK_MONOTONIC, ts) == 0 ? 0 : -errno; }
@@ -93,6 +100,7 @@ static long put(long fd, const char *b, long n)
 	return w >= 0 ? w : -errno;
 }
 static long shut(long fd) { return close((int)fd) == 0 ? 0 : -errno; }
+static long doze(const struct timespec *until) { return -(long)clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, until, 0); }
 
 static int stamp(int argc, char **argv);
 
@@ -108,22 +116,46 @@ static long length(const char *s)
 	return n;
 }
 
+/* decimal writes n in decimal ending just before end, returns where it starts. */
+static char *decimal(char *end, unsigned long long n)
+{
+	do {
+		*--end = (char)('0' + n % 10);
+		n /= 10;
+	} while (n != 0);
+	return end;
+}
+
 /* fail says "stamp: WHAT: errno N" on stderr and returns 1. */
 static int fail(const char *what, long err)
 {
 	char num[24];
-	int i = sizeof num;
-	unsigned long e = (unsigned long)-err;
-	do {
-		num[--i] = (char)('0' + e % 10);
-		e /= 10;
-	} while (e != 0);
+	char *from = decimal(num + sizeof num, (unsigned long long)-err);
 	put(2, "stamp: ", 7);
 	put(2, what, length(what));
 	put(2, ": errno ", 8);
-	put(2, num + i, (long)sizeof num - i);
+	put(2, from, (long)(num + sizeof num - from));
 	put(2, "\n", 1);
 	return 1;
+}
+
+static unsigned long long nanos(const struct timespec *ts)
+{
+	return (unsigned long long)ts->tv_sec * 1000000000ULL + (unsigned long long)ts->tv_nsec;
+}
+
+/* nanoseconds parses a count of nanoseconds; -1 if s is not one. */
+static long long nanoseconds(const char *s)
+{
+	long long n = 0;
+	if (*s == '\0')
+		return -1;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9' || n > 100000000000LL)
+			return -1;
+		n = n * 10 + (*s - '0');
+	}
+	return n;
 }
 
 static int stamp(int argc, char **argv)
@@ -132,25 +164,36 @@ static int stamp(int argc, char **argv)
 	long err = now(&ts);
 	if (err < 0)
 		return fail("clock_gettime", err);
-	if (argc != 2) {
-		put(2, "usage: stamp FILE\n", 18);
+	long long sleep = argc == 3 ? nanoseconds(argv[2]) : 0;
+	if ((argc != 2 && argc != 3) || sleep < 0) {
+		put(2, "usage: stamp FILE [NS]\n", 23);
 		return 2;
 	}
 
-	unsigned long long ns = (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
-	char buf[24];
-	int i = sizeof buf;
-	buf[--i] = '\n';
-	do {
-		buf[--i] = (char)('0' + ns % 10);
-		ns /= 10;
-	} while (ns != 0);
+	unsigned long long start = nanos(&ts);
+	char buf[48];
+	char *from = buf + sizeof buf;
+	*--from = '\n';
+	if (argc == 3) {
+		unsigned long long until = start + (unsigned long long)sleep;
+		ts.tv_sec = (time_t)(until / 1000000000ULL);
+		ts.tv_nsec = (long)(until % 1000000000ULL);
+		while ((err = doze(&ts)) == -EINTR)
+			;
+		if (err < 0)
+			return fail("clock_nanosleep", err);
+		if ((err = now(&ts)) < 0)
+			return fail("clock_gettime", err);
+		from = decimal(from, nanos(&ts));
+		*--from = ' ';
+	}
+	from = decimal(from, start);
 
 	long fd = open_append(argv[1]);
 	if (fd < 0)
 		return fail(argv[1], fd);
-	long n = put(fd, buf + i, (long)sizeof buf - i);
-	if (n != (long)sizeof buf - i)
+	long n = put(fd, from, (long)(buf + sizeof buf - from));
+	if (n != (long)(buf + sizeof buf - from))
 		return fail(argv[1], n < 0 ? n : -5 /* EIO: short write */);
 	if ((err = shut(fd)) < 0)
 		return fail(argv[1], err);
