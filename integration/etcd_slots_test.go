@@ -47,6 +47,11 @@ func TestEtcdSlotsAndEtcdctlLock(t *testing.T) {
 	a := s.witness("pool", "A", 2, "s", "--slots", "2", "--wait", "5m")
 	b := s.witness("pool", "B", 2, "s", "--slots", "2", "--wait", "5m")
 	waitContenders(t, cl, "pool", 3)
+	// etcdctl's holder is the exclusive holder; the slot runs wait.
+	st := s.waitMany("pool", 1, 2)
+	if st.Holder == nil || st.Holders[0].Kind != "exclusive" || st.Waiters[0].Kind != "slot" || st.Waiters[1].Slots != 2 {
+		t.Errorf("status --json with etcdctl holding and slot runs waiting: %+v", st)
+	}
 	e2 := lock("E2")
 	waitContenders(t, cl, "pool", 4)
 
