@@ -14,21 +14,16 @@
 //     (fencerun, etcdctl lock) while the cluster keeps quorum, unless the
 //     claims ask for more; the fence is the holder key's create revision,
 //     which never goes back, and rises in queue order across all slots.
-//   - M1, M2, M4: admission by the contenders ahead in create-revision
-//     order (many.go): an exclusive contender, and every one that is not
-//     fencerun's (etcdctl lock), holds with none ahead, so etcdctl is
-//     exclusive against every kind and waits for every holder ahead; a
-//     shared one with only shared ones ahead; a slot-N one with fewer than
-//     N ahead, all slot-N, in the lowest free slot (its slot key, put if
-//     absent). A claim of another kind than the fencerun holders' and
-//     waiters' ahead of it fails with store.ErrSlots; a foreign holder is
-//     waited behind. Shared waiters behind a waiting exclusive one wait.
-//   - M3: each holder has its own lease, key, watch and records: it is
-//     renewed, revoked, cancelled and released alone; Revoke and Cancel
-//     act on the holders store.Which picks. A slot taker inherits every
-//     dead holder's leftovers (not only its slot's), read in the
-//     transaction that claims the slot, so a dead holder's tree is the
-//     Predecessor of whoever takes its slot.
+//   - M1, M2, M4: a contender holds by a rule on those ahead of it
+//     (many.go): none for an exclusive one and for one not fencerun's, so
+//     etcdctl lock is exclusive against every kind and waits for every
+//     holder ahead; only shared ones for a shared one; fewer than N, all
+//     slot-N, for a slot one, which then puts the lowest free slot key. A
+//     claim of another kind than the fencerun contenders' ahead fails with
+//     store.ErrSlots; a foreign holder is waited behind, never refused.
+//   - M3: each holder has its own lease, key, watch and records; Revoke
+//     and Cancel act on those store.Which picks. A slot taker inherits
+//     every dead holder's leftovers, read as it claims its slot.
 //   - S5, E2: a renewal is a keep-alive, whose Term starts just before it
 //     was sent, plus a compare, sent with it, that the holder key still has
 //     its create revision; it counts only when both succeed, so a revoked

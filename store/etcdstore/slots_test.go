@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -547,3 +548,78 @@ func TestSlotsAndEtcdctlLock(t *testing.T) {
 }
 
 const etcdctlBin = "/usr/bin/etcdctl"
+
+// A holder whose holder key was deleted (etcdctl del) has lost its lease,
+// but its slot key stays on its lease until it lets go: a claim admitted
+// meanwhile (fewer than N contenders) finds every slot taken and waits
+// for a slot key's deletion, then takes the lowest.
+func TestSlotKeyLingersUntilTheLostHolderLetsGo(t *testing.T) {
+	s, _ := newStore(t)
+	a := acquireNow(t, s, "linger", slotClaim("a", 2))
+	acquireNow(t, s, "linger", slotClaim("b", 2))
+	if _, err := s.c.Delete(t.Context(), a.(*Lease).myKey); err != nil {
+		t.Fatal(err)
+	}
+	c := acquireLater(t, s, "linger", slotClaim("c", 2))
+	// Admitted, and waiting for a slot: its key is the second under the
+	// prefix, and a's slot key is still there.
+	waitStatus(t, s, "linger", "c admitted", func(st *store.Status) bool { return len(st.Holders) == 2 })
+	if _, err := a.Check(t.Context()); !errors.Is(err, store.ErrLost) {
+		t.Fatalf("a's check after its key was deleted: %v", err)
+	}
+	resp, err := s.c.Get(t.Context(), slotKey("linger", 0))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("a's slot key: %v, %v", resp, err)
+	}
+	notYet(t, c, "c while a's slot key stays")
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustHold(t, c, "c"); l.Slot() != 0 {
+		t.Fatalf("c took slot %d, want a's 0", l.Slot())
+	}
+}
+
+// Slot waiters recount on each deletion ahead from their watch, and read
+// (take) only once admitted: 60 waiters behind three holders of N=3
+// drain with at most two takes each (the recount is local; W waiters
+// still get W watch events a release: the package comment's cost).
+func TestSlotWaitersTakeOnlyWhenAdmitted(t *testing.T) {
+	s, _ := newStore(t)
+	const key, n, w = "drain", 3, 60
+	var takes atomic.Int32
+	afterTake = func(k string, held bool) {
+		if k == key {
+			takes.Add(1)
+		}
+	}
+	t.Cleanup(func() { afterTake = nil })
+	var hs []store.Lease
+	for i := range n {
+		hs = append(hs, acquireNow(t, s, key, slotClaim(fmt.Sprint("h", i), n)))
+	}
+	var wg sync.WaitGroup
+	for i := range w {
+		wg.Go(func() {
+			l, _, err := s.Acquire(context.Background(), key, slotClaim(fmt.Sprint("w", i), n))
+			if err != nil || l == nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+	}
+	waitStatus(t, s, key, fmt.Sprint(w, " waiters"), waiters(w))
+	for _, h := range hs {
+		if err := h.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if got := takes.Load(); got > 2*w {
+		t.Errorf("%d slot waiters took %d times, want at most %d", w, got, 2*w)
+	}
+	t.Logf("%d slot waiters took %d times", w, takes.Load())
+}
