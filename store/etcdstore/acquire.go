@@ -780,16 +780,6 @@ func waiting(key string, contenders []*mvccpb.KeyValue) map[string]bool {
 	return live
 }
 
-// describe is the Holder of a contender key, from its description when it
-// is fencerun's.
-func (s *Store) describe(ctx context.Context, kv *mvccpb.KeyValue) (*store.Holder, error) {
-	hs, err := s.describeAll(ctx, []*mvccpb.KeyValue{kv})
-	if err != nil {
-		return nil, err
-	}
-	return &hs[0], nil
-}
-
 // describeAll reads the descriptions of contender keys in one transaction
 // (a few, past etcd's limit of operations in one).
 func (s *Store) describeAll(ctx context.Context, kvs []*mvccpb.KeyValue) ([]store.Holder, error) {
