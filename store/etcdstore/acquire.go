@@ -238,9 +238,11 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 // slot, with slot 0 free: its slot key is put too), it holds at once and
 // reads the leftover records. Else the same puts (the leftover record
 // marked queued: the tree it names exists only once the waiter holds,
-// and this way its take writes nothing) and a read of every contender,
-// ours the newest; for a shared claim the leftover records too, for a
-// slot one the slot keys (queued).
+// and this way its take writes nothing) and a read of the contenders
+// (ours the newest): for an exclusive claim the holder and the one just
+// ahead of ours, the one to wait for; for the others all of them, and
+// for a shared claim the leftover records, for a slot one the slot keys
+// (queued).
 func (a *acquirer) enqueue(ctx context.Context) (*clientv3.TxnResponse, error) {
 	pfx := prefixOf(a.key)
 	put := clientv3.OpPut(a.myKey, "", clientv3.WithLease(a.id))
@@ -252,12 +254,14 @@ func (a *acquirer) enqueue(ctx context.Context) (*clientv3.TxnResponse, error) {
 		then = append(then, slotPut(a.key, 0, a.id))
 	}
 	then = append(then, putDesc(a.id, held), a.leftoverPut(false), getLeftovers(a.key))
-	els := []clientv3.Op{put, putDesc(a.id, a.desc), a.leftoverPut(true), getContenders(pfx)}
+	els := []clientv3.Op{put, putDesc(a.id, a.desc), a.leftoverPut(true)}
 	switch a.me.k {
 	case store.KindShared:
-		els = append(els, getLeftovers(a.key))
+		els = append(els, getContenders(pfx), getLeftovers(a.key))
 	case store.KindSlot:
-		els = append(els, getSlots(a.key))
+		els = append(els, getContenders(pfx), getSlots(a.key))
+	default:
+		els = append(els, clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), newest(pfx, 2))
 	}
 	octx, cancel := a.s.op(ctx)
 	defer cancel()
@@ -273,9 +277,21 @@ func (a *acquirer) enqueue(ctx context.Context) (*clientv3.TxnResponse, error) {
 // theirs (checkKinds), holds at once where they admit it (a shared claim
 // behind shared holders, a slot one behind fewer than N), and else says
 // who holds (no wait) or waits.
+//
+// An exclusive claim is admitted with none ahead, whatever their kinds:
+// it reads only the holder's description and that of the one just ahead,
+// whose kinds may refuse it and whose pids its waits use (deadahead); the
+// contenders between were checked as they queued. A shared or slot claim
+// reads them all: its admission counts their kinds.
 func (a *acquirer) queued(ctx context.Context, resp *clientv3.TxnResponse) (*Lease, *store.Holder, error) {
 	all := resp.Responses[3].GetResponseRange().Kvs
 	ahead := aheadOf(all, a.rev)
+	if a.me.k == store.KindExclusive {
+		ahead = all // the holder
+		if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) == 2 && kvs[0].CreateRevision == a.rev && kvs[1].CreateRevision != all[0].CreateRevision {
+			ahead = append(ahead, kvs[1])
+		}
+	}
 	hs, err := a.s.describeAll(ctx, ahead)
 	if err != nil {
 		return nil, nil, err
