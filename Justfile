@@ -63,8 +63,9 @@ chaos-etcd runs="20":
     FENCERUN_CHAOS_ETCD={{runs}} go test -count=1 -v -run 'TestEtcdFailoverAcrossHosts|TestEtcdElectionsAreNotFailures' -timeout 0 ./integration/ | grep -v '^20[0-9][0-9]-'
 
 # Benchmarks: fencerun against flock(1), and fencerun --etcd against etcdctl lock on an etcd
-# server of its own (docs/CONTRACT.md P1-P8), the store's Go benchmarks included; rewrites
-# BENCHMARKS.md. Flags pass through: just bench -bench-count 6; just bench -only p7 (prints only)
+# server of its own (docs/CONTRACT.md P1-P8; M1 --slots and M2 --shared), the store's Go
+# benchmarks included; rewrites BENCHMARKS.md. Flags pass through: just bench -bench-count 6;
+# just bench -only p7 (prints only); just bench -only m1,m2 -bench-count 0
 bench *FLAGS:
     command -v flock >/dev/null || (apt-get update -qq && apt-get install -y -qq util-linux)
     command -v gcc >/dev/null || (apt-get update -qq && apt-get install -y -qq gcc libc6-dev)

@@ -6,8 +6,11 @@
 // scenario on fresh state directories of the file backend, alternating
 // fencerun and flock(1) run by run after warm-up runs; for P7 it starts an
 // etcd server of its own and runs fencerun --etcd against `etcdctl lock`
-// (Debian's, and the current one it builds) the same way. -only picks
-// figures. It prints the table, with each figure's median,
+// (Debian's, and the current one it builds) the same way. For many
+// holders of one key (issue 23) it measures M1, bursts of short jobs
+// through `run --slots N` on both backends beside the ideal and beside
+// flock(1) scripted as a semaphore, and M2, the start of a shared hold
+// beside `flock -s` (slots.go). -only picks figures. It prints the table, with each figure's median,
 // spread, ratio to the peer and goal, and writes it with the date and the
 // machine to BENCHMARKS.md.
 //
