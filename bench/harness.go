@@ -90,7 +90,7 @@ func defaultConfig() config {
 		SemJobs:     40,
 		SemSlots:    4,
 		SemJob:      50 * time.Millisecond,
-		SemRounds:   5,
+		SemRounds:   10,
 		BenchCount:  1, // each -count costs ~45 s here: BenchmarkList10000 makes its 10,000 keys anew
 		Guard:       30 * time.Second,
 	}
