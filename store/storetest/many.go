@@ -38,6 +38,7 @@ var manyTests = []struct {
 	{"CancelWhich", testCancelWhich},
 	{"DeadSlotHolderFreesOnlyItsSlot", testDeadSlotHolder},
 	{"DeadSlotHolderWakesWaiter", testDeadSlotHolderWakesWaiter},
+	{"LeftoversPerSlot", testLeftoversPerSlot},
 	{"DeadSharedHolderLeftoversToExclusive", testDeadSharedHolder},
 	{"DeadSlotHoldersLeftoversToExclusive", testDeadSlotHolders},
 	{"DeadExclusiveLeftoversToSlotAndShared", testDeadExclusive},
@@ -284,10 +285,16 @@ func checkSlotHolders(t *testing.T, st *store.Status, n int, ls ...store.Lease) 
 func testSlotsStatus(t *testing.T, b *Backend) {
 	s, desc := b.New(t)
 	ls := b.takeSlots(t, s, "st", 3)
+	tick := time.Now().Add(-time.Minute).Truncate(time.Second)
+	if err := ls[1].Tick(t.Context(), tick); err != nil {
+		t.Fatalf("Tick of slot 1: %v", err)
+	}
 	release(t, ls[1])
 	checkSlotHolders(t, status(t, s, "st"), 3, ls[0], ls[2])
 	ls[1] = acquire(t, s, "st", b.slotClaim("slot1", 3))
-	tick := time.Now().Add(-time.Minute).Truncate(time.Second)
+	if h := status(t, s, "st").Holders[1]; !h.LastTick.IsZero() {
+		t.Errorf("the next holder of slot 1 shows the last tick %v of the one before", h.LastTick)
+	}
 	if err := ls[1].Tick(t.Context(), tick); err != nil {
 		t.Fatalf("Tick of slot 1: %v", err)
 	}

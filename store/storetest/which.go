@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"testing"
@@ -42,7 +43,7 @@ func testRevokeOneSlot(t *testing.T, b *Backend) {
 	if next.Slot() != 1 {
 		t.Errorf("after slot 1 was revoked and released the waiter took slot %d", next.Slot())
 	}
-	renews(t, ls[0], ls[2])
+	renews(t, ls[0], next, ls[2]) // the revocation was of the holding, not of the slot
 	rising(t, append(fencesOf(ls...), next.Fence())...)
 	if ok, err := other.Revoke(t.Context(), "r", store.Which{}); !ok || err != nil {
 		t.Fatalf("Revoke of every holder = %v, %v", ok, err)
@@ -125,6 +126,12 @@ func testCancelWhich(t *testing.T, b *Backend) {
 		t.Errorf("Cancel of slot 5, which nobody holds = %v, %v; want false, nil", ok, err)
 	}
 	renews(t, ls...)
+	releaseAll(t, ls...)
+	// The request was for those holders, not for the next in their slots.
+	ls = b.takeSlots(t, s, "c", 3)
+	for _, l := range ls {
+		requested(t, l, store.RequestNone)
+	}
 	releaseAll(t, ls...)
 
 	a := acquire(t, s, "cs", b.sharedClaim("a"))
@@ -241,6 +248,47 @@ func testDeadSlotHolderWakesWaiter(t *testing.T, b *Backend) {
 	}
 	renews(t, first, third)
 	releaseAll(t, again, first, third)
+}
+
+// Each dead slot holder's leftovers go to the next taker of its slot,
+// and to every later one until confirmed stopped (S2, M3). A backend may
+// hand a taker more (every dead holder's); the suite checks that none is
+// missed.
+func testLeftoversPerSlot(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	markers := []string{"STORETEST_TREE=dead-in-slot-0", "STORETEST_TREE=dead-in-slot-1"}
+	var dead []*proc
+	for i, m := range markers {
+		p := b.spawnKind(t, desc, "ls", m, 2, false)
+		if _, slot := p.acquiredSlot(guard); slot != i {
+			t.Fatalf("helper %d took slot %d", i, slot)
+		}
+		dead = append(dead, p)
+	}
+	for _, p := range dead {
+		p.Kill()
+	}
+	var ls []store.Lease
+	for i, m := range markers {
+		l := b.acquireAfterDeath(t, s, "ls", b.slotClaim(fmt.Sprint("slot", i), 2))
+		if p := l.Predecessor(); l.Slot() != i || p == nil || !slices.Contains(leftovers(p), m) {
+			t.Errorf("the taker of slot %d (took %d) has predecessor %+v; want the leftovers of slot %d's dead holder, %q", i, l.Slot(), p, i, m)
+		}
+		ls = append(ls, l)
+	}
+	for _, l := range ls {
+		if err := l.LeftoversStopped(t.Context()); err != nil {
+			t.Fatalf("LeftoversStopped: %v", err)
+		}
+	}
+	releaseAll(t, ls...)
+	for i := range 2 {
+		l := acquire(t, s, "ls", b.slotClaim(fmt.Sprint("slot", i), 2))
+		if p := l.Predecessor(); p != nil {
+			t.Errorf("slot %d's taker has predecessor %+v after every slot's leftovers were confirmed stopped", l.Slot(), p)
+		}
+		defer release(t, l)
+	}
 }
 
 // An exclusive holder runs alone, so it inherits the leftovers of a
