@@ -30,7 +30,7 @@ func testRevokeOneSlot(t *testing.T, b *Backend) {
 	if ok, err := other.Revoke(t.Context(), "r", store.Which{Slot: &one}); !ok || err != nil {
 		t.Fatalf("Revoke of slot 1 = %v, %v", ok, err)
 	}
-	testsupport.RecvWithin(t, ls[1].Changes(), changeBound, "Changes of slot 1 after its revocation")
+	testsupport.RecvWithin(t, ls[1].Changes(), guard, "Changes of slot 1 after its revocation")
 	lost(t, ls[1])
 	renews(t, ls[0], ls[2])
 	requested(t, ls[0], store.RequestNone)
@@ -111,7 +111,7 @@ func testCancelWhich(t *testing.T, b *Backend) {
 	if ok, err := s.Cancel(t.Context(), "c", store.Which{Slot: &two}); !ok || err != nil {
 		t.Fatalf("Cancel of slot 2 = %v, %v", ok, err)
 	}
-	testsupport.RecvWithin(t, ls[2].Changes(), changeBound, "Changes of slot 2 after a cancel request")
+	testsupport.RecvWithin(t, ls[2].Changes(), guard, "Changes of slot 2 after a cancel request")
 	requested(t, ls[2], store.RequestCancel)
 	requested(t, ls[0], store.RequestNone)
 	requested(t, ls[1], store.RequestNone)
@@ -155,7 +155,7 @@ func testCancelWhich(t *testing.T, b *Backend) {
 	if ok, err := s.Cancel(t.Context(), "cs", store.Which{}); !ok || err != nil {
 		t.Fatalf("Cancel of every holder = %v, %v", ok, err)
 	}
-	testsupport.RecvWithin(t, a.Changes(), changeBound, "Changes after a cancel of every holder")
+	testsupport.RecvWithin(t, a.Changes(), guard, "Changes after a cancel of every holder")
 	requested(t, a, store.RequestCancel)
 	p.renewed()
 	release(t, a)
