@@ -28,6 +28,7 @@ var manyTests = []struct {
 	{"SlotsFIFO", testSlotsFIFO},
 	{"SlotsDeadWaiterLosesPlace", testSlotsDeadWaiter},
 	{"SlotsPruneKeepsFences", testSlotsPrune},
+	{"KindsChangeOnceFree", testKindsChangeOnceFree},
 	{"SlotsWitnessManyClients", testSlotsWitness},
 	{"SharedExclusiveWitness", testSharedWitness},
 	{"SharedHoldTogether", testSharedTogether},
@@ -478,4 +479,27 @@ func testSlotsPrune(t *testing.T, b *Backend) {
 	again := b.takeSlots(t, s, "p", 3)
 	rising(t, append(fencesOf(first...), fencesOf(again...)...)...)
 	releaseAll(t, again...)
+}
+
+// A free key takes a claim of any kind, whatever kind held it before: no
+// kind or slot count outlives its holders (M1, M2).
+func testKindsChangeOnceFree(t *testing.T, b *Backend) {
+	s, _ := b.New(t)
+	held := b.takeSlots(t, s, "k", 3)
+	releaseAll(t, held...)
+	fences := fencesOf(held...)
+	for _, c := range []store.Claim{b.claim("exclusive"), b.sharedClaim("shared"), b.slotClaim("two", 2), b.slotClaim("four", 4)} {
+		c.Wait = false
+		l, h, err := s.Acquire(t.Context(), "k", c)
+		if err != nil || l == nil {
+			t.Fatalf("Acquire(%s) of a free key = %v, holder %+v, %v", c.Name, l, h, err)
+		}
+		kind, n := store.KindOf(c)
+		if st := status(t, s, "k"); len(st.Holders) != 1 || st.Holders[0].Kind != kind || kind == store.KindSlot && st.Holders[0].Slots != n {
+			t.Errorf("holders %s; want one %s of %d", describeHolders(st.Holders), kind, n)
+		}
+		fences = append(fences, l.Fence())
+		release(t, l)
+	}
+	rising(t, fences...)
 }
