@@ -41,9 +41,9 @@ func kindOf(h store.Holder) store.Kind {
 	return h.Kind
 }
 
-// many reports whether st's holders or waiters are not all exclusive:
-// then each holder and waiter is shown with its kind.
-func many(st store.Status) bool {
+// notAllExclusive reports whether st's holders or waiters are not all
+// exclusive: then each waiter is shown with its kind.
+func notAllExclusive(st store.Status) bool {
 	for _, h := range holdersOf(st) {
 		if kindOf(h) != store.KindExclusive {
 			return true

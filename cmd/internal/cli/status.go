@@ -405,7 +405,7 @@ func printWaiters(tw io.Writer, st store.Status, now time.Time) {
 	if len(st.Waiters) == 0 {
 		return
 	}
-	kinds := many(st)
+	kinds := notAllExclusive(st)
 	fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
 	for i, h := range st.Waiters {
 		kind := ""
