@@ -695,7 +695,10 @@ func describeKind(k Kind, n int) string {
 	if k == KindSlot {
 		return fmt.Sprintf("--slots %d", n)
 	}
-	return "an " + string(k) + " hold"
+	if k == KindShared {
+		return "a shared hold"
+	}
+	return "an exclusive hold"
 }
 
 // Which picks holders of a key, for Revoke and Cancel (M3): the zero value

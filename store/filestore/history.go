@@ -183,8 +183,11 @@ func (s *Store) History(ctx context.Context, key string, limit int) ([]store.Hol
 			lasting = append(lasting, holdingOf(rec.Holder, rec.Fence))
 		}
 	}
-	slices.SortFunc(lasting, func(a, b store.Holding) int { return cmp.Compare(a.Fence, b.Fence) })
+	// Holdings are written as they end, which for holders beside each
+	// other (M1, M2) is not the order they started in: oldest first is
+	// by fence, which rises with every take of the key.
 	hs = append(hs, lasting...)
+	slices.SortStableFunc(hs, func(a, b store.Holding) int { return cmp.Compare(a.Fence, b.Fence) })
 	return hs[max(0, len(hs)-limit):], nil
 }
 
