@@ -141,7 +141,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("flock: %v", h.flock.err)
 	}
 	rows := h.measure()
-	doc := document(cfg, time.Now(), rows, h.notes, "not run")
+	doc := document(cfg, time.Now(), loadAverage(), rows, h.notes, "not run")
 	t.Log("\n" + doc)
 
 	// fencerun's rows, each beside its --cgroup off row where it has one,

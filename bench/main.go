@@ -119,6 +119,8 @@ func run(cfg config, out string) error {
 		}
 		cfg.Root = filepath.Dir(strings.TrimSpace(string(gomod)))
 	}
+	// Before the builds and the runs, whose own load would be in it.
+	load := loadAverage()
 	h, err := newHarness(cfg)
 	if err != nil {
 		return err
@@ -126,7 +128,7 @@ func run(cfg config, out string) error {
 	defer h.close()
 	when := time.Now()
 	rows := h.measure()
-	doc := document(cfg, when, rows, h.notes, goBench(cfg))
+	doc := document(cfg, when, load, rows, h.notes, goBench(cfg))
 	fmt.Print(doc)
 	if out == "" || out == "-" {
 		return nil

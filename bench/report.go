@@ -131,14 +131,15 @@ func table(rows []row) (string, []string) {
 	return b.String(), notes
 }
 
-// machine describes where the figures were taken, for the header.
-func machine(cfg config) []string {
+// machine describes where the figures were taken, for the header; load is
+// /proc/loadavg as read before the run built or started anything.
+func machine(cfg config, load string) []string {
 	lines := []string{
 		fmt.Sprintf("CPUs (nproc): %d", runtime.NumCPU()),
 		"CPU model: " + cpuModel(),
 		"kernel: " + kernel(),
 		"memory: " + memTotal(),
-		"load average when the run began (1, 5, 15 min): " + loadAverage() + " (other load lands in the wall times; the ratios of interleaved runs much less)",
+		"load average when the run began (1, 5, 15 min): " + load + " (other load lands in the wall times; the ratios of interleaved runs much less)",
 		"Go: " + runtime.Version(),
 		fmt.Sprintf("state directories on: %s (%s)", fsType(cfg.Tmp), tmpDir(cfg)),
 	}
@@ -231,13 +232,13 @@ func fsType(dir string) string {
 
 // document is BENCHMARKS.md: when and where, the table, its notes, how each
 // figure is taken, and the store's Go benchmarks.
-func document(cfg config, when time.Time, rows []row, harnessNotes []string, gobench string) string {
+func document(cfg config, when time.Time, load string, rows []row, harnessNotes []string, gobench string) string {
 	tbl, notes := table(rows)
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
 	fmt.Fprintf(&b, "Measured by `just bench` (`go run ./bench`) on %s. Anyone can regenerate these numbers\n", when.UTC().Format("2006-01-02 15:04 MST"))
 	b.WriteString("with the same command on a clone; absolute figures follow the machine, the ratios much less.\n\n")
-	for _, l := range machine(cfg) {
+	for _, l := range machine(cfg, load) {
 		fmt.Fprintf(&b, "- %s\n", l)
 	}
 	fmt.Fprintf(&b, "- counts: %d runs per tool after %d warm-up, interleaved; %d sequential runs per tool in blocks of %d; handoff loop %d rounds of %d waiters × %d runs; queue drain %d rounds of %v waiters; idle queues of %v waiters, %s each; %d holds per tool; list %d runs\n",
