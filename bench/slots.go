@@ -109,16 +109,18 @@ func (h *harness) semaphore() []row {
 	vsFlock := newRow("M1", what+": jobs per second", perSec, flockName, goal{text: "—"})
 	vsFlock.subj = rate.subj
 	busy := newRow("M1", what+busyWhat, share, flockName, goal{text: "—"})
-	cpu := newRow("M1", what+": CPU per job (wrapper, its waiting and the job)", seconds, flockName, goal{text: "—"})
+	cpuWhat := ": CPU per job (wrapper, its waiting and the job)"
+	cpu := newRow("M1", what+cpuWhat, seconds, flockName, goal{text: "—"})
 	rows := []row{rate, vsFlock, busy, cpu}
 	tools := []*tool{h.fencerunSlots, h.flockSlots}
 	sets := []semSamples{{rate.subj, busy.subj, rate.peer, cpu.subj}, {vsFlock.peer, busy.peer, nil, cpu.peer}}
 	if h.etcd != nil {
 		eRate := newRow("M1", what+" on etcd: jobs per second", perSec, ideal, goal{text: "—"})
 		eBusy := newRow("M1", what+" on etcd"+busyWhat, share, "", goal{text: "—"})
-		rows = append(rows, eRate, eBusy)
+		eCPU := newRow("M1", what+" on etcd"+cpuWhat+", the server's not counted", seconds, "", goal{text: "—"})
+		rows = append(rows, eRate, eBusy, eCPU)
 		tools = append(tools, h.etcd.slots)
-		sets = append(sets, semSamples{eRate.subj, eBusy.subj, eRate.peer, nil})
+		sets = append(sets, semSamples{eRate.subj, eBusy.subj, eRate.peer, eCPU.subj})
 	}
 	h.progress("M1 semaphore, %d jobs on %d slots, %s", c.SemJobs, c.SemSlots, names(tools))
 	rates := make([]*sample, len(sets))
