@@ -83,9 +83,15 @@ func (l *Lease) Predecessor() *store.Holder {
 }
 
 // mine is the compare every holder write presents: the key still exists
-// with the create revision it got.
-func (l *Lease) mine() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(l.myKey), "=", l.rev)
+// with the create revision it got, and a slot holder's slot key is still
+// on its lease (one deleted by hand could be taken by another: this
+// holder has then lost its slot, and its lease with it).
+func (l *Lease) mine() []clientv3.Cmp {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(l.myKey), "=", l.rev)}
+	if l.slotKey != "" {
+		cmps = append(cmps, clientv3.Compare(clientv3.LeaseValue(l.slotKey), "=", l.id))
+	}
+	return cmps
 }
 
 func (l *Lease) lost(why string) error {
@@ -149,12 +155,14 @@ func (l *Lease) Renew(ctx context.Context) (store.Term, error) {
 // of a holder's CPU in its profile, a tenth of the renewal's (P4 on etcd).
 func (l *Lease) compare(ctx context.Context, pending []clientv3.Op) (bool, error) {
 	if len(pending) > 0 {
-		resp, err := l.s.c.Txn(ctx).If(l.mine()).Then(pending...).Commit()
+		resp, err := l.s.c.Txn(ctx).If(l.mine()...).Then(pending...).Commit()
 		return err == nil && resp.Succeeded, err
 	}
 	if l.check == nil {
-		cmp := l.mine()
-		l.check = &pb.TxnRequest{Compare: []*pb.Compare{cmp.GetCompare()}}
+		l.check = &pb.TxnRequest{}
+		for _, cmp := range l.mine() {
+			l.check.Compare = append(l.check.Compare, cmp.GetCompare())
+		}
 	}
 	// As the client's own calls: waiting for a connection within ctx,
 	// with its retries of a request that was never sent, and its errors.
@@ -184,7 +192,7 @@ func (l *Lease) descPut() clientv3.Op { return putDesc(l.id, l.desc) }
 func (l *Lease) Check(ctx context.Context) (store.Request, error) {
 	ctx, cancel := l.op(ctx)
 	defer cancel()
-	resp, err := l.s.c.Txn(ctx).If(l.mine()).Then(clientv3.OpGet(cancelKey(l.id), clientv3.WithCountOnly())).Commit()
+	resp, err := l.s.c.Txn(ctx).If(l.mine()...).Then(clientv3.OpGet(cancelKey(l.id), clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return store.RequestNone, l.s.fail("check "+l.myKey, err)
 	}
@@ -267,7 +275,7 @@ func (l *Lease) describe(ctx context.Context, change func(*desc)) error {
 	}
 	ctx, cancel := l.op(ctx)
 	defer cancel()
-	resp, err := l.s.c.Txn(ctx).If(l.mine()).Then(ops...).Commit()
+	resp, err := l.s.c.Txn(ctx).If(l.mine()...).Then(ops...).Commit()
 	if err != nil {
 		return l.s.fail("describe "+l.myKey, err)
 	}
@@ -356,7 +364,7 @@ func (l *Lease) release(ctx context.Context, id string) error {
 	} else {
 		octx, cancel := l.s.op(ctx)
 		var resp *clientv3.TxnResponse
-		resp, err = l.s.c.Txn(octx).If(l.mine()).Then(dels...).Else(own).Commit()
+		resp, err = l.s.c.Txn(octx).If(l.mine()...).Then(dels...).Else(own).Commit()
 		cancel()
 		if err != nil {
 			err = l.s.fail("release "+l.myKey, err)

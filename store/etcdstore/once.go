@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -136,8 +137,11 @@ func (l *Lease) releaseDone(ctx context.Context, id string, dels []clientv3.Op, 
 		d := store.Done{ID: id, Fence: uint64(l.rev), Name: l.desc.Name, PID: l.desc.PID, Host: l.desc.Host, At: time.Now().UTC()}
 		cmp, put := doneOps(l.key, rev, store.MarkDone(done, d))
 		octx, cancel := l.s.op(ctx)
-		resp, err := l.s.c.Txn(octx).If(l.mine(), cmp).Then(append(dels, put)...).
-			Else(own, clientv3.OpGet(l.myKey)).Commit()
+		reads := []clientv3.Op{own, clientv3.OpGet(l.myKey, clientv3.WithKeysOnly())}
+		if l.slotKey != "" {
+			reads = append(reads, clientv3.OpGet(l.slotKey, clientv3.WithKeysOnly()))
+		}
+		resp, err := l.s.c.Txn(octx).If(append(l.mine(), cmp)...).Then(append(dels, put)...).Else(reads...).Commit()
 		cancel()
 		if err != nil {
 			return l.s.fail("release "+l.myKey, err)
@@ -145,11 +149,25 @@ func (l *Lease) releaseDone(ctx context.Context, id string, dels []clientv3.Op, 
 		if resp.Succeeded {
 			return nil
 		}
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != l.rev {
+		if !l.stillMine(resp.Responses[1:]) {
 			return l.lost("is gone: the lease expired or was revoked before the run's success could be marked")
 		}
 	}
 	return fmt.Errorf("etcdstore: %s changed under %d tries to mark %q done", doneKey(l.key), doneTries, id)
+}
+
+// stillMine says whether reads of the holder key (and a slot holder's slot
+// key) find them as mine compares them.
+func (l *Lease) stillMine(reads []*pb.ResponseOp) bool {
+	me := reads[0].GetResponseRange().Kvs
+	if len(me) == 0 || me[0].CreateRevision != l.rev {
+		return false
+	}
+	if l.slotKey == "" {
+		return true
+	}
+	slot := reads[1].GetResponseRange().Kvs
+	return len(slot) == 1 && slot[0].Lease == int64(l.id)
 }
 
 // AwaitDone waits for id to be marked done under key (see store.Store):

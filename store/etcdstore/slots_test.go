@@ -623,3 +623,27 @@ func TestSlotWaitersTakeOnlyWhenAdmitted(t *testing.T) {
 	}
 	t.Logf("%d slot waiters took %d times", w, takes.Load())
 }
+
+// A slot holder whose slot key is deleted (by hand: no fencerun does)
+// has lost its slot, which another may take: its renewal and check fail
+// with ErrLost, and its ReleaseDone marks nothing.
+func TestDeletedSlotKeyLosesTheSlot(t *testing.T) {
+	s, _ := newStore(t)
+	acquireNow(t, s, "gone", slotClaim("a", 2))
+	b := acquireNow(t, s, "gone", slotClaim("b", 2))
+	if _, err := s.c.Delete(t.Context(), slotKey("gone", b.Slot())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Renew(t.Context()); !errors.Is(err, store.ErrLost) {
+		t.Fatalf("renewal without the slot key: %v; want ErrLost", err)
+	}
+	if _, err := b.Check(t.Context()); !errors.Is(err, store.ErrLost) {
+		t.Fatalf("check without the slot key: %v; want ErrLost", err)
+	}
+	if err := b.ReleaseDone(t.Context(), "id"); !errors.Is(err, store.ErrLost) {
+		t.Fatalf("ReleaseDone without the slot key: %v; want ErrLost", err)
+	}
+	if d, _ := s.Done(t.Context(), "gone"); len(d) != 0 {
+		t.Fatalf("done after a lost slot's ReleaseDone: %+v", d)
+	}
+}
