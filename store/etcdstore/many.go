@@ -29,14 +29,17 @@ import (
 //
 // New contenders only ever join behind, so the set ahead of a waiter only
 // shrinks and a waiter once admitted stays admitted: a take reads the keys
-// ahead and needs no write to hold (P7 for exclusive holds, unchanged).
-// The holders are the admitted head of the queue.
+// ahead and needs no write to hold (P7 for exclusive holds, unchanged),
+// but a slot holder's slot key. The holders are the admitted head of the
+// queue, and the kinds a waiter read as it queued are all it needs.
 //
 // A slot holder then claims the lowest free slot number i by putting
 // _fencerun/slot/K/<i> on its lease if absent, in a transaction that
 // compares its own key and reads the leftover records at the same
 // revision: a dead holder's slot key goes with its lease, so whoever
 // takes its slot finds its record dead and stops its tree first (M3).
+// An admitted claim that finds every slot taken (a lost holder's slot key
+// stays until its lease is revoked) waits for one, even without Wait.
 
 // kind is what a contender holds as (M1, M2): a store.Kind, and its slots
 // (1 unless store.KindSlot).
