@@ -455,10 +455,8 @@ func (a *acquirer) take(ks keySlots, i int, c *unixsock.Claim, g int) (*Lease, e
 	st.taken = true
 	left := a.leaveInBackground()
 	dead := a.clearAfter(st)
-	if a.kind == store.KindExclusive {
-		// It runs alone: nothing a dead holder of another slot left
-		// may still run, and their trees are now in its record.
-		for _, o := range ks[1:] {
+	for _, o := range ks {
+		if a.inherits(st, o) {
 			if d := a.clearAfter(o); dead == nil {
 				dead = d
 			}
@@ -474,6 +472,20 @@ func (a *acquirer) take(ks keySlots, i int, c *unixsock.Claim, g int) (*Lease, e
 	}
 	a.s.log.Debug("acquired", "key", a.key, "fence", next.Fence, "slot", l.Slot())
 	return l, nil
+}
+
+// inherits says whether a take of slot st also takes over what the
+// holders before it left in the free slot o: an exclusive take every
+// slot's (it runs alone: nothing a dead holder of another slot left may
+// still run), a take of --slots N those of the slots N and up, which no
+// holder beside it can take again (left by a bigger N, or by shared
+// holders, before the key was free): else their trees would run beside
+// its N holders for good.
+func (a *acquirer) inherits(st, o *slotState) bool {
+	if o == st || !o.free {
+		return false
+	}
+	return a.kind == store.KindExclusive || a.kind == store.KindSlot && o.i >= a.slots
 }
 
 // newSlot makes slot i's directory and reads it, as readSlot does: free,
@@ -544,11 +556,9 @@ func (a *acquirer) prepare(t *taking, ks keySlots) (record, error) {
 	// Every tree that may still run: what earlier holders left
 	// unconfirmed, and the dead holder's (or the pruned one's) own.
 	trees := st.rec.trees()
-	if a.kind == store.KindExclusive {
-		for _, o := range ks {
-			if o != st {
-				trees = store.PassOn(trees, o.rec.trees()...)
-			}
+	for _, o := range ks {
+		if a.inherits(st, o) {
+			trees = store.PassOn(trees, o.rec.trees()...)
 		}
 	}
 	t.term = store.Term{Start: a.claim.Clock(), TTL: a.claim.TTL}

@@ -40,6 +40,7 @@ var manyTests = []struct {
 	{"DeadSlotHolderFreesOnlyItsSlot", testDeadSlotHolder},
 	{"DeadSlotHolderWakesWaiter", testDeadSlotHolderWakesWaiter},
 	{"LeftoversPerSlot", testLeftoversPerSlot},
+	{"DeadHoldersBeyondN", testDeadHoldersBeyondN},
 	{"DeadSharedHolderLeftoversToExclusive", testDeadSharedHolder},
 	{"DeadSlotHoldersLeftoversToExclusive", testDeadSlotHolders},
 	{"DeadExclusiveLeftoversToSlotAndShared", testDeadExclusive},

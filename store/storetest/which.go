@@ -257,17 +257,7 @@ func testDeadSlotHolderWakesWaiter(t *testing.T, b *Backend) {
 func testLeftoversPerSlot(t *testing.T, b *Backend) {
 	s, desc := b.New(t)
 	markers := []string{"STORETEST_TREE=dead-in-slot-0", "STORETEST_TREE=dead-in-slot-1"}
-	var dead []*proc
-	for i, m := range markers {
-		p := b.spawnKind(t, desc, "ls", m, 2, false)
-		if _, slot := p.acquiredSlot(guard); slot != i {
-			t.Fatalf("helper %d took slot %d", i, slot)
-		}
-		dead = append(dead, p)
-	}
-	for _, p := range dead {
-		p.Kill()
-	}
+	b.killSlotHolders(t, desc, "ls", 2, markers)
 	var ls []store.Lease
 	for i, m := range markers {
 		l := b.acquireAfterDeath(t, s, "ls", b.slotClaim(fmt.Sprint("slot", i), 2))
@@ -321,17 +311,7 @@ func testDeadSharedHolder(t *testing.T, b *Backend) {
 func testDeadSlotHolders(t *testing.T, b *Backend) {
 	s, desc := b.New(t)
 	markers := []string{"STORETEST_TREE=dead-slot-0", "STORETEST_TREE=dead-slot-1"}
-	var dead []*proc
-	for i, m := range markers {
-		p := b.spawnKind(t, desc, "dx", m, 3, false)
-		if _, slot := p.acquiredSlot(guard); slot != i {
-			t.Fatalf("helper %d took slot %d", i, slot)
-		}
-		dead = append(dead, p)
-	}
-	for _, p := range dead {
-		p.Kill()
-	}
+	b.killSlotHolders(t, desc, "dx", 3, markers)
 	x := b.acquireAfterDeath(t, s, "dx", b.claim("x"))
 	p := x.Predecessor()
 	for _, m := range markers {
@@ -448,5 +428,47 @@ func testOnceSlots(t *testing.T, b *Backend) {
 	got := done(t, s, "o")
 	if len(got) != 2 || got[0].ID != "c" || got[0].Fence != ls[2].Fence() || got[1].ID != "a" || got[1].Fence != ls[0].Fence() {
 		t.Errorf("done = %+v; want c by fence %d, then a by fence %d", got, ls[2].Fence(), ls[0].Fence())
+	}
+}
+
+// The leftovers of holders that died in slots a later claim can never
+// take (a smaller --slots N after a bigger one, once the key is free) go
+// to that claim's takers: else they would run beside its N holders for
+// good, more than N at once (M1, M3, S2).
+func testDeadHoldersBeyondN(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	markers := []string{"STORETEST_TREE=beyond-0", "STORETEST_TREE=beyond-1", "STORETEST_TREE=beyond-2", "STORETEST_TREE=beyond-3"}
+	b.killSlotHolders(t, desc, "bn", 4, markers)
+	var got []string
+	var ls []store.Lease
+	for i := range 2 {
+		l := b.acquireAfterDeath(t, s, "bn", b.slotClaim(fmt.Sprint("two", i), 2))
+		if p := l.Predecessor(); p != nil {
+			got = append(got, leftovers(p)...)
+		}
+		ls = append(ls, l)
+	}
+	for _, m := range markers {
+		if !slices.Contains(got, m) {
+			t.Errorf("no taker of --slots 2 got the leftovers %q of a dead --slots 4 holder (got %q): they run beside its holders for good", m, got)
+		}
+	}
+	releaseAll(t, ls...)
+}
+
+// killSlotHolders has a helper process take each slot of key in turn, a
+// --slots n holder whose tree carries markers[i], and SIGKILLs them all.
+func (b *Backend) killSlotHolders(t *testing.T, desc, key string, n int, markers []string) {
+	t.Helper()
+	var dead []*proc
+	for i, m := range markers {
+		p := b.spawnKind(t, desc, key, m, n, false)
+		if _, slot := p.acquiredSlot(guard); slot != i {
+			t.Fatalf("helper %d took slot %d", i, slot)
+		}
+		dead = append(dead, p)
+	}
+	for _, p := range dead {
+		p.Kill()
 	}
 }
