@@ -269,7 +269,7 @@ func (a *acquirer) lockLive(sd dir, g int, ks keySlots) (live int, free bool, er
 	if err != nil {
 		return -1, false, err
 	}
-	switch err := unix.Flock(live, unix.LOCK_EX|unix.LOCK_NB); err {
+	switch err := lockUnlessHeld(live); err {
 	case nil:
 		return live, true, nil
 	case unix.EWOULDBLOCK:
@@ -281,6 +281,33 @@ func (a *acquirer) lockLive(sd dir, g int, ks keySlots) (live int, free bool, er
 	default:
 		unix.Close(live)
 		return -1, false, fmt.Errorf("filestore: lock %s: %w", sd.Join(liveFile), err)
+	}
+}
+
+// lockUnlessHeld takes flock(LOCK_EX) on a live, open as fd, unless a
+// holder holds it: EWOULDBLOCK. Holders lock live only under the guard,
+// which the caller holds, so a LOCK_SH found on it is not a holder's but
+// a waiter's, which drops it at once: the head's own, or one of the waits
+// a head left to goroutines when it took another slot (holders.go), which
+// gets its LOCK_SH whenever that slot's holder goes, long after. Such a
+// lock is waited out (up to a second, then it counts as held): else a
+// freed slot would look held, a higher one be taken (M1) or a claim
+// without --wait be told the key is busy.
+func lockUnlessHeld(fd int) error {
+	for try := 0; ; try++ {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err != unix.EWOULDBLOCK || try == 1000 {
+			return err
+		}
+		switch err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err {
+		case nil:
+			unix.Flock(fd, unix.LOCK_UN) // only LOCK_SH: a waiter's
+		case unix.EWOULDBLOCK:
+			return err // a holder's LOCK_EX
+		default:
+			return err
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
