@@ -24,11 +24,14 @@ import (
 	"time"
 )
 
-// chaosCheck is exclusive with the wrapper's id in the OVERLAP record, then
-// the command's fence and id appended to fences once it holds the check
-// lock: the order of that file is the order in which commands ran.
-const chaosCheck = `exec 9>>check.lock; flock -n 9 || { echo "OVERLAP fence=$FENCERUN_FENCE id=$CHAOS_ID" >> overlap; exit 99; }; ` +
-	`echo "$FENCERUN_FENCE $CHAOS_ID" >> fences; `
+// chaosCheck takes the check lock of file with flock's how (-x, or -s
+// for a shared holder) or writes the wrapper's id in the OVERLAP record,
+// then appends the command's fence and id to fences: with one holder at
+// a time, the order of that file is the order in which commands ran.
+func chaosCheck(file, how string) string {
+	return `exec 9>>` + file + `; flock ` + how + ` -n 9 || { echo "OVERLAP fence=$FENCERUN_FENCE id=$CHAOS_ID" >> overlap; exit 99; }; ` +
+		`echo "$FENCERUN_FENCE $CHAOS_ID" >> fences; `
+}
 
 // chaosBodies are what commands do once they hold the check lock: run a
 // while, leave a background process in the group, leave one that escaped
@@ -54,6 +57,7 @@ type chaos struct {
 	t       *testing.T
 	began   time.Time
 	ttl     string       // of every wrapper's lease
+	kind    string       // chaosConfig.kind
 	allowed map[int]bool // exits the chaos may cause
 
 	mu      sync.Mutex
@@ -97,6 +101,22 @@ func TestChaos(t *testing.T) {
 	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}})
 }
 
+// The chaos on a key of --slots 2 (M1, M3): a check lock a slot, which a
+// dead holder's leftovers keep until the next holder of its slot has
+// stopped them; the final run, exclusive, stops every slot's.
+func TestChaosSlots(t *testing.T) {
+	t.Parallel()
+	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}, kind: "slots"})
+}
+
+// The chaos on shared and exclusive holders of one key (M2): the check
+// lock is taken shared by a shared holder, so an exclusive one beside a
+// holder, or beside one's leftovers, is an OVERLAP.
+func TestChaosShared(t *testing.T) {
+	t.Parallel()
+	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}, kind: "shared"})
+}
+
 // chaosConfig is what differs between backends: the leases' TTL, how the
 // final run waits for the dead holders' leases, exits that chaos may also
 // cause, and another agitator run beside the one of wrappers (the etcd
@@ -106,6 +126,9 @@ type chaosConfig struct {
 	final []string
 	exits []int
 	more  func(rng *rand.Rand, deadline time.Time)
+	// kind is "" for exclusive holds, "slots" for --slots 2, "shared"
+	// for shared and exclusive holds at random.
+	kind string
 }
 
 func runChaos(t *testing.T, cfg chaosConfig) {
@@ -116,7 +139,7 @@ func runChaos(t *testing.T, cfg chaosConfig) {
 	d, seed := chaosDuration(t), chaosSeed(t)
 	// A replay repeats the choices, not the timing of the processes.
 	t.Logf("chaos for %v, seed %d (replay the choices with FENCERUN_CHAOS_SEED=%d)", d, seed, seed)
-	c := &chaos{s: newSandbox(t), t: t, began: time.Now(), ttl: cfg.ttl, allowed: maps.Clone(chaosExits),
+	c := &chaos{s: newSandbox(t), t: t, began: time.Now(), ttl: cfg.ttl, kind: cfg.kind, allowed: maps.Clone(chaosExits),
 		running: map[int]*exec.Cmd{}, stopped: map[int]bool{}, exits: map[int]int{}, actions: map[string]int{}}
 	if err := os.Mkdir(c.s.path("logs"), 0o700); err != nil {
 		t.Fatal(err)
@@ -170,8 +193,17 @@ func (c *chaos) slot(rng *rand.Rand, key string, deadline time.Time, d time.Dura
 		} else {
 			args = append(args, "--wait", "3s")
 		}
+		check := chaosCheck("check.lock", "-x")
+		switch {
+		case c.kind == "slots":
+			args = append(args, "--slots", "2")
+			check = chaosCheck("check.$FENCERUN_SLOT", "-x")
+		case c.kind == "shared" && rng.IntN(3) > 0:
+			args = append(args, "--shared")
+			check = chaosCheck("check.lock", "-s")
+		}
 		body := chaosBodies[rng.IntN(len(chaosBodies))]
-		c.runWrapper(append(args, "--", "sh", "-c", chaosCheck+body))
+		c.runWrapper(append(args, "--", "sh", "-c", check+body))
 		// Pacing, so that -n runs on a busy key do not spin.
 		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
 	}
@@ -336,8 +368,8 @@ func (c *chaos) release(key string) int {
 	return c.wait(-1, cmd)
 }
 
-// checkFences: every command that ran got its own fence (S4), and since
-// the commands ran one at a time (S1), in increasing order of fence.
+// checkFences: every command that ran got its own fence (S4), and with
+// one holder at a time (S1), in increasing order of fence.
 func (c *chaos) checkFences() {
 	b, err := os.ReadFile(c.s.path("fences"))
 	if err != nil {
@@ -358,7 +390,7 @@ func (c *chaos) checkFences() {
 			c.suspectIDs(other, id)
 		}
 		seen[f] = id
-		if f <= prev {
+		if f <= prev && c.kind == "" {
 			c.t.Errorf("w%s ran with fence %d after a command with fence %d", id, f, prev)
 		}
 		prev = f
