@@ -119,7 +119,11 @@ func holderLine(h store.Holder, now time.Time) string {
 		more = append(more, "command pid "+strconv.Itoa(h.CommandPID))
 	}
 	if h.Cgroup != "" {
-		more = append(more, fmt.Sprintf("%d processes in its cgroup", h.Processes))
+		n := fmt.Sprintf("%d processes", h.Processes)
+		if h.Processes == 1 {
+			n = "1 process"
+		}
+		more = append(more, n+" in its cgroup")
 	}
 	if !h.LastTick.IsZero() {
 		more = append(more, "last tick "+ago(h.LastTick, now))
