@@ -36,6 +36,7 @@ var manyTests = []struct {
 	{"SharedWaitersStartTogether", testSharedWaitersTogether},
 	{"RevokeOneSlot", testRevokeOneSlot},
 	{"RevokeByPID", testRevokeByPID},
+	{"RevokeSparesWaiters", testRevokeSparesWaiters},
 	{"CancelWhich", testCancelWhich},
 	{"DeadSlotHolderFreesOnlyItsSlot", testDeadSlotHolder},
 	{"DeadSlotHolderWakesWaiter", testDeadSlotHolderWakesWaiter},

@@ -99,6 +99,45 @@ func testRevokeByPID(t *testing.T, b *Backend) {
 	}
 }
 
+// Revoke and Cancel act on holders, never on waiters: a Which that picks
+// only a waiter's pid picks nobody, and cancelling and revoking every
+// holder leaves the waiters queued, to take the key in turn with nothing
+// asked of them (M3, S10).
+func testRevokeSparesWaiters(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	ls := b.takeSlots(t, s, "rw", 2)
+	p := b.spawnKind(t, desc, "rw", "", 2, false)
+	waitWaiters(t, s, "rw", 1)
+	w := waitAsync(t, s, "rw", b.slotClaim("waiter", 2), guard)
+	waitWaiters(t, s, "rw", 2)
+	if ok, err := s.Revoke(t.Context(), "rw", store.Which{PID: p.Pid()}); ok || err != nil {
+		t.Errorf("Revoke of a waiter's pid = %v, %v; want false: it holds nothing", ok, err)
+	}
+	if ok, err := s.Cancel(t.Context(), "rw", store.Which{PID: p.Pid()}); ok || err != nil {
+		t.Errorf("Cancel of a waiter's pid = %v, %v; want false: it holds nothing", ok, err)
+	}
+	renews(t, ls...)
+	if ok, err := s.Cancel(t.Context(), "rw", store.Which{}); !ok || err != nil {
+		t.Fatalf("Cancel of every holder = %v, %v", ok, err)
+	}
+	if ok, err := s.Revoke(t.Context(), "rw", store.Which{}); !ok || err != nil {
+		t.Fatalf("Revoke of every holder = %v, %v", ok, err)
+	}
+	releaseAll(t, ls...)
+	if _, slot := p.acquiredSlot(guard); slot != 0 {
+		t.Errorf("the first waiter took slot %d, want 0", slot)
+	}
+	l := recv(t, w, "the second waiter, still queued after every holder was revoked")
+	if l.Slot() != 1 {
+		t.Errorf("the second waiter took slot %d, want 1", l.Slot())
+	}
+	requested(t, l, store.RequestNone) // the cancel was of the holders before
+	p.renewed()
+	renews(t, l)
+	release(t, l)
+	p.release()
+}
+
 // Cancel asks only the holder a Which picks, by slot or by pid; the
 // zero Which asks every holder; a cancel request keeps the lease (M3).
 func testCancelWhich(t *testing.T, b *Backend) {
