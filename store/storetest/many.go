@@ -26,6 +26,7 @@ var manyTests = []struct {
 	{"SlotsStatusHolders", testSlotsStatus},
 	{"SlotsMismatchErrSlots", testSlotsMismatch},
 	{"SlotsFIFO", testSlotsFIFO},
+	{"SlotsNoPhantomBusy", testSlotsNoPhantomBusy},
 	{"SlotsDeadWaiterLosesPlace", testSlotsDeadWaiter},
 	{"SlotsPruneKeepsFences", testSlotsPrune},
 	{"KindsChangeOnceFree", testKindsChangeOnceFree},
@@ -446,6 +447,34 @@ func testSlotsFIFO(t *testing.T, b *Backend) {
 	l3 := recv(t, w3, "the third waiter")
 	rising(t, ls[0].Fence(), ls[1].Fence(), l1.Fence(), l2.Fence(), l3.Fence())
 	releaseAll(t, l2, l3)
+}
+
+// A claim without Wait takes a free slot, also just after a waiter that
+// waited for any of several slots took one: what it waited with on the
+// others must not make a freed slot look held (M1: contention is a
+// holder, and a freed slot is reused lowest first). Repeated, as such a
+// moment may be short.
+func testSlotsNoPhantomBusy(t *testing.T, b *Backend) {
+	s, _ := b.New(t)
+	for i := range 50 {
+		key := fmt.Sprint("ph", i)
+		ls := b.takeSlots(t, s, key, 2)
+		w := waitAsync(t, s, key, b.slotClaim("waiter", 2), guard)
+		waitWaiters(t, s, key, 1)
+		release(t, ls[1])
+		lw := recv(t, w, "the waiter")
+		release(t, ls[0])
+		c := b.slotClaim("next", 2)
+		c.Wait = false
+		l, h, err := s.Acquire(t.Context(), key, c)
+		if err != nil || l == nil {
+			t.Fatalf("round %d: a claim without wait, with slot 0 free = %v, holder %+v, %v; want slot 0", i, l, h, err)
+		}
+		if l.Slot() != 0 {
+			t.Errorf("round %d: with slot 0 free a claim took slot %d", i, l.Slot())
+		}
+		releaseAll(t, l, lw)
+	}
 }
 
 // A dead waiter of a slot key loses its place: the one behind it takes the
