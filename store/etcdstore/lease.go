@@ -392,13 +392,19 @@ func (l *Lease) release(ctx context.Context, id string) error {
 	return nil
 }
 
-// watch starts watching the holder key and its cancel key, from just after
-// the key was created, so no change made since is missed.
+// watch starts watching the holder key, its cancel key and its slot key,
+// from just after each was put, so no change made since is missed.
 func (l *Lease) watch() {
 	ctx, cancel := context.WithCancel(l.s.c.Ctx())
 	l.stopWatch = cancel
 	go l.watchKey(ctx, l.myKey, l.rev+1)
 	go l.watchKey(ctx, cancelKey(l.id), l.rev+1)
+	if l.slotKey != "" {
+		// A slot key deleted by hand frees the slot for another at once:
+		// heard at once too, not at the next renewal (E3). It was put
+		// at the confirming revision.
+		go l.watchKey(ctx, l.slotKey, l.confirmed+1)
+	}
 }
 
 // watchKey tells Changes of every event on key and of every end of the

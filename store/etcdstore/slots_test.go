@@ -647,3 +647,33 @@ func TestDeletedSlotKeyLosesTheSlot(t *testing.T) {
 		t.Fatalf("done after a lost slot's ReleaseDone: %+v", d)
 	}
 }
+
+// A slot holder whose slot key is deleted hears of it at once, as of its
+// holder key (E3): another may take that slot meanwhile, so waiting for
+// the next renewal (TTL/3) would leave two commands in one slot.
+func TestDeletedSlotKeyIsSeenAtOnce(t *testing.T) {
+	s, _ := newStore(t)
+	a := acquireNow(t, s, "seen", slotClaim("a", 2))
+	drainChanges(a)
+	if _, err := s.c.Delete(t.Context(), slotKey("seen", a.Slot())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Changes():
+	case <-time.After(3 * time.Second): // a failure guard: nothing renews here
+		t.Fatal("no Changes after the holder's slot key was deleted")
+	}
+	if _, err := a.Check(t.Context()); !errors.Is(err, store.ErrLost) {
+		t.Fatalf("check without the slot key: %v; want ErrLost", err)
+	}
+}
+
+func drainChanges(l store.Lease) {
+	for {
+		select {
+		case <-l.Changes():
+		default:
+			return
+		}
+	}
+}
