@@ -371,8 +371,8 @@ func TestSharedAndExclusiveInArrivalOrder(t *testing.T) {
 }
 
 // M1, M2: a run whose kind differs from the key's holders' exits 125
-// naming both, at once, also with --wait; --shared with --slots is a
-// usage error; FENCERUN_SLOT is 0 with --slots 1 and absent without.
+// naming both, at once, also with --wait; --shared or --exclusive with
+// --slots N is a usage error; FENCERUN_SLOT is 0 with --slots 1 and absent without.
 func TestSlotsMismatchExits125(t *testing.T) {
 	t.Parallel()
 	s := newSandbox(t)
@@ -387,6 +387,7 @@ func TestSlotsMismatchExits125(t *testing.T) {
 		{[]string{"--wait", "5m"}, []string{"--slots 2", "exclusive"}},
 		{[]string{"--shared", "--slots", "2"}, []string{"--shared", "--slots"}},
 		{[]string{"--slots", "2", "-s", "-x"}, []string{"--shared", "--exclusive"}},
+		{[]string{"--slots", "2", "-x", "-n"}, []string{"--exclusive", "--slots 2"}},
 	} {
 		_, stderr, code := s.output(append(append([]string{"run", "--key", "pool"}, c.args...), "--", "true")...)
 		if code != 125 {

@@ -46,7 +46,7 @@ type RunCmd struct {
 	Cgroup       string         `enum:"auto,require,off" default:"auto" help:"auto: run the command in a cgroup of its own where a writable cgroup v2 hierarchy exists (root, or a systemd-delegated subtree), so that its whole tree is found and killed exactly; require: exit 125 where none does; off: find the tree among fencerun's descendants."`
 	Slots        int            `placeholder:"N" default:"1" help:"At most N holders of the key at once (1 to 1024), each in a slot of its own: the command gets FENCERUN_SLOT, 0 to N-1, the lowest free slot, never one a live holder has. Every holder and waiter of the key must give the same N (else exit 125). 1 is the exclusive hold, with FENCERUN_SLOT=0. Not with --shared."`
 	Shared       bool           `short:"s" help:"A shared hold, as flock -s: any number of shared holders at once, never beside an exclusive one. Waiters are served in arrival order across both kinds: shared waiters in a row start together, and one behind a waiting exclusive run waits for it. Not with --slots or --exclusive."`
-	Exclusive    bool           `short:"x" help:"An exclusive hold, as flock -x: alone, with no other holder (the default)."`
+	Exclusive    bool           `short:"x" help:"An exclusive hold, as flock -x: alone, with no other holder (the default). Not with --shared, nor with --slots N above 1."`
 	Ready        string         `enum:"start,command" default:"start" help:"Under systemd's notify protocol (Type=notify, NOTIFY_SOCKET set): start says READY=1 once the command started under the lease; command leaves READY=1 to the command, which gets a NOTIFY_SOCKET of fencerun's and whose messages fencerun relays from its own pid (NotifyAccess=main works), MAINPID excepted. The status says the holder and position while waiting, the lease once held, and STOPPING=1 with the reason when the lease is lost. With WatchdogSec=, the watchdog is fed only while the lease is renewed (and, with command, as the command feeds it)."`
 	Once         string         `placeholder:"ID" help:"Run the command to success at most once per key and ID, across every host and user sharing the store: a run that finds ID done exits 0 (see --once-exit) without running or waiting; only an exit 0 under the lease marks it done. The command gets FENCERUN_ONCE=ID."`
 	OncePer      time.Duration  `placeholder:"D" help:"--once with the UTC start of the current period of D as the ID (floor(unix seconds / D) * D, in RFC 3339): for a cron entry on several hosts that must run once per period. A host whose clock is off by more than the cron jitter may compute a neighbouring period; give --once from the scheduler's time where that matters."`
@@ -141,7 +141,8 @@ func (r *RunCmd) typedWaitWins(kctx *kong.Context) {
 // validKind checks --slots, --shared and --exclusive (M1, M2). As for -n
 // and --wait, what is typed beats what is exported: FENCERUN_SHARED=1 in a
 // profile does not break a line's -x, nor FENCERUN_SLOTS=4 its -s.
-// Typed together, or exported together, they contradict each other.
+// Typed together, or exported together, they contradict each other
+// (-x with --slots N > 1 too: the user asked for the key alone).
 func (r *RunCmd) validKind(kctx *kong.Context) error {
 	slots := given(kctx, "slots")
 	if r.Shared && r.Exclusive {
@@ -162,6 +163,16 @@ func (r *RunCmd) validKind(kctx *kong.Context) error {
 			r.Shared = false
 		default:
 			return usage("--shared and --slots cannot be combined: --slots N holds one of N slots, --shared any number of shared holds")
+		}
+	}
+	if r.Exclusive && slots && r.Slots > 1 {
+		switch x, n := typed(kctx, "exclusive"), typed(kctx, "slots"); {
+		case x && !n:
+			slots, r.Slots = false, 1
+		case n && !x:
+			r.Exclusive = false
+		default:
+			return usage("--exclusive and --slots %d cannot be combined: --slots N holds one of N slots, --exclusive the key alone", r.Slots)
 		}
 	}
 	r.slotsGiven = slots
