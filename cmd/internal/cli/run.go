@@ -146,34 +146,28 @@ func (r *RunCmd) typedWaitWins(kctx *kong.Context) {
 func (r *RunCmd) validKind(kctx *kong.Context) error {
 	slots := given(kctx, "slots")
 	if r.Shared && r.Exclusive {
-		switch s, x := typed(kctx, "shared"), typed(kctx, "exclusive"); {
-		case s && !x:
-			r.Exclusive = false
-		case x && !s:
-			r.Shared = false
-		default:
+		s, ok := typedOne(kctx, "shared", "exclusive")
+		if !ok {
 			return usage("--shared (-s) and --exclusive (-x) contradict each other: give one")
 		}
+		r.Shared, r.Exclusive = s, !s
 	}
 	if r.Shared && slots {
-		switch s, n := typed(kctx, "shared"), typed(kctx, "slots"); {
-		case s && !n:
-			slots, r.Slots = false, 1
-		case n && !s:
-			r.Shared = false
-		default:
+		s, ok := typedOne(kctx, "shared", "slots")
+		if !ok {
 			return usage("--shared and --slots cannot be combined: --slots N holds one of N slots, --shared any number of shared holds")
 		}
+		r.Shared, slots = s, !s
 	}
 	if r.Exclusive && slots && r.Slots > 1 {
-		switch x, n := typed(kctx, "exclusive"), typed(kctx, "slots"); {
-		case x && !n:
-			slots, r.Slots = false, 1
-		case n && !x:
-			r.Exclusive = false
-		default:
+		x, ok := typedOne(kctx, "exclusive", "slots")
+		if !ok {
 			return usage("--exclusive and --slots %d cannot be combined: --slots N holds one of N slots, --exclusive the key alone", r.Slots)
 		}
+		r.Exclusive, slots = x, !x
+	}
+	if !slots {
+		r.Slots = 1
 	}
 	r.slotsGiven = slots
 	switch {
@@ -207,6 +201,13 @@ func (r *RunCmd) validResident() error {
 // typed reports whether the flag name was given on the command line rather
 // than by its environment variable or default.
 func typed(kctx *kong.Context, name string) bool { return typedTimes(kctx, name) > 0 }
+
+// typedOne settles two flags given together: the one typed wins where
+// only one was (aWins: a); both typed, or both exported, is no answer.
+func typedOne(kctx *kong.Context, a, b string) (aWins, ok bool) {
+	ta, tb := typed(kctx, a), typed(kctx, b)
+	return ta, ta != tb
+}
 
 // typedTimes is how often the flag name was typed on the command line.
 func typedTimes(kctx *kong.Context, name string) int {
