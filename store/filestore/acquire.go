@@ -504,15 +504,17 @@ func (a *acquirer) take(ks keySlots, i int, c *unixsock.Claim, g int) (*Lease, e
 // inherits says whether a take of slot st also takes over what the
 // holders before it left in the free slot o: an exclusive take every
 // slot's (it runs alone: nothing a dead holder of another slot left may
-// still run), a take of --slots N those of the slots N and up, which no
-// holder beside it can take again (left by a bigger N, or by shared
-// holders, before the key was free): else their trees would run beside
-// its N holders for good.
+// still run); a shared take every slot's too (it never runs beside a
+// dead slot or exclusive holder's tree, and its slot number is no
+// promise to wait for); a take of --slots N those of the slots N and up,
+// which no holder beside it can take again (left by a bigger N, or by
+// shared holders, before the key was free): else their trees would run
+// beside its N holders for good. A free record has nothing to pass on.
 func (a *acquirer) inherits(st, o *slotState) bool {
-	if o == st || !o.free {
+	if o == st || !o.free || o.rec.free() && a.kind != store.KindExclusive {
 		return false
 	}
-	return a.kind == store.KindExclusive || a.kind == store.KindSlot && o.i >= a.slots
+	return a.kind != store.KindSlot || o.i >= a.slots
 }
 
 // newSlot makes slot i's directory and reads it, as readSlot does: free,

@@ -45,6 +45,7 @@ var manyTests = []struct {
 	{"DeadHoldersBeyondN", testDeadHoldersBeyondN},
 	{"DeadSharedHolderLeftoversToExclusive", testDeadSharedHolder},
 	{"DeadSlotHoldersLeftoversToExclusive", testDeadSlotHolders},
+	{"DeadSlotHoldersLeftoversToShared", testDeadSlotHoldersLeftoversToShared},
 	{"DeadExclusiveLeftoversToSlotAndShared", testDeadExclusive},
 	{"HistorySlots", testHistorySlots},
 	{"OnceSlots", testOnceSlots},

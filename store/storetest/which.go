@@ -511,3 +511,20 @@ func (b *Backend) killSlotHolders(t *testing.T, desc, key string, n int, markers
 		p.Kill()
 	}
 }
+
+// A shared holder never runs beside a slot holder, so the first shared
+// taker after dead slot holders gets every one's leftovers, not only
+// those of the slot it happens to use (M2, M3, S2).
+func testDeadSlotHoldersLeftoversToShared(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	markers := []string{"STORETEST_TREE=to-shared-0", "STORETEST_TREE=to-shared-1", "STORETEST_TREE=to-shared-2"}
+	b.killSlotHolders(t, desc, "sh", 3, markers)
+	l := b.acquireAfterDeath(t, s, "sh", b.sharedClaim("shared"))
+	p := l.Predecessor()
+	for _, m := range markers {
+		if p == nil || !slices.Contains(leftovers(p), m) {
+			t.Errorf("the shared holder's predecessor %+v; want leftovers with %q: a dead slot holder's tree runs beside it", p, m)
+		}
+	}
+	release(t, l)
+}
