@@ -35,6 +35,7 @@ var manyTests = []struct {
 	{"SharedHoldTogether", testSharedTogether},
 	{"SharedNoWriterStarvation", testSharedNoWriterStarvation},
 	{"SharedWaitersStartTogether", testSharedWaitersTogether},
+	{"SharedBehindDeadExclusive", testSharedBehindDeadExclusive},
 	{"RevokeOneSlot", testRevokeOneSlot},
 	{"RevokeByPID", testRevokeByPID},
 	{"RevokeSparesWaiters", testRevokeSparesWaiters},

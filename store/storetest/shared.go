@@ -3,6 +3,7 @@ package storetest
 import (
 	"testing"
 
+	"github.com/fencerun/fencerun/internal/testsupport"
 	"github.com/fencerun/fencerun/store"
 )
 
@@ -79,6 +80,31 @@ func testSharedNoWriterStarvation(t *testing.T, b *Backend) {
 	l2 := recv(t, s2, "the shared waiter once the exclusive one released")
 	rising(t, s1.Fence(), lx.Fence(), l2.Fence())
 	release(t, l2)
+}
+
+// A shared waiter behind an exclusive waiter that dies is no longer
+// behind anyone it must wait for: it holds beside the shared holder,
+// which never released (M2, S10).
+func testSharedBehindDeadExclusive(t *testing.T, b *Backend) {
+	s, desc := b.New(t)
+	s1 := acquire(t, s, "sd", b.sharedClaim("s1"))
+	stop := b.keepRenewed(t, s1) // through DeadAfter, longer than a TTL
+	x := b.spawn(t, desc, "sd", "")
+	waitWaiters(t, s, "sd", 1)
+	s2 := waitAsync(t, s, "sd", b.sharedClaim("s2"), b.deadWithin())
+	waitWaiters(t, s, "sd", 2)
+	pending(t, s2, "a shared claim behind a waiting exclusive one")
+	x.Kill()
+	l := testsupport.RecvWithin(t, s2, b.deadWithin(), "the shared waiter once the exclusive one ahead died")
+	if l == nil {
+		t.FailNow()
+	}
+	stop()
+	if st := status(t, s, "sd"); len(st.Holders) != 2 || len(st.Waiters) != 0 {
+		t.Errorf("holders %s, waiters %s; want s1 and s2 holding, nobody waiting", describeHolders(st.Holders), describeHolders(st.Waiters))
+	}
+	renews(t, s1, l)
+	releaseAll(t, s1, l)
 }
 
 // Consecutive shared waiters behind an exclusive holder all start once it
