@@ -346,19 +346,24 @@ func testDeadSharedHolder(t *testing.T, b *Backend) {
 }
 
 // An exclusive holder inherits the leftovers of every slot holder that
-// died, each in a slot of its own (M3, S2).
+// died, each in a slot of its own; so does a shared one, which never runs
+// beside a slot holder's tree, whatever slot it happens to use (M2, M3,
+// S2).
 func testDeadSlotHolders(t *testing.T, b *Backend) {
 	s, desc := b.New(t)
-	markers := []string{"STORETEST_TREE=dead-slot-0", "STORETEST_TREE=dead-slot-1"}
-	b.killSlotHolders(t, desc, "dx", 3, markers)
-	x := b.acquireAfterDeath(t, s, "dx", b.claim("x"))
-	p := x.Predecessor()
-	for _, m := range markers {
-		if p == nil || !slices.Contains(leftovers(p), m) {
-			t.Errorf("the exclusive holder's predecessor %+v; want leftovers with %q", p, m)
+	for _, c := range []store.Claim{b.claim("exclusive"), b.sharedClaim("shared")} {
+		key := "dx-" + c.Name
+		markers := []string{"STORETEST_TREE=dead-slot-0-" + c.Name, "STORETEST_TREE=dead-slot-1-" + c.Name, "STORETEST_TREE=dead-slot-2-" + c.Name}
+		b.killSlotHolders(t, desc, key, 3, markers)
+		l := b.acquireAfterDeath(t, s, key, c)
+		p := l.Predecessor()
+		for _, m := range markers {
+			if p == nil || !slices.Contains(leftovers(p), m) {
+				t.Errorf("the %s holder's predecessor %+v; want leftovers with %q", c.Name, p, m)
+			}
 		}
+		release(t, l)
 	}
-	release(t, x)
 }
 
 // The leftovers of an exclusive holder that died go to whoever takes the
@@ -510,21 +515,4 @@ func (b *Backend) killSlotHolders(t *testing.T, desc, key string, n int, markers
 	for _, p := range dead {
 		p.Kill()
 	}
-}
-
-// A shared holder never runs beside a slot holder, so the first shared
-// taker after dead slot holders gets every one's leftovers, not only
-// those of the slot it happens to use (M2, M3, S2).
-func testDeadSlotHoldersLeftoversToShared(t *testing.T, b *Backend) {
-	s, desc := b.New(t)
-	markers := []string{"STORETEST_TREE=to-shared-0", "STORETEST_TREE=to-shared-1", "STORETEST_TREE=to-shared-2"}
-	b.killSlotHolders(t, desc, "sh", 3, markers)
-	l := b.acquireAfterDeath(t, s, "sh", b.sharedClaim("shared"))
-	p := l.Predecessor()
-	for _, m := range markers {
-		if p == nil || !slices.Contains(leftovers(p), m) {
-			t.Errorf("the shared holder's predecessor %+v; want leftovers with %q: a dead slot holder's tree runs beside it", p, m)
-		}
-	}
-	release(t, l)
 }
