@@ -124,12 +124,12 @@ func testRevokeSparesWaiters(t *testing.T, b *Backend) {
 		t.Fatalf("Revoke of every holder = %v, %v", ok, err)
 	}
 	releaseAll(t, ls...)
-	if _, slot := p.acquiredSlot(guard); slot != 0 {
-		t.Errorf("the first waiter took slot %d, want 0", slot)
-	}
+	// Both are admitted at once (on etcd the revocation frees both slots
+	// together): which of them takes the lower slot is not said.
+	_, slot := p.acquiredSlot(guard)
 	l := recv(t, w, "the second waiter, still queued after every holder was revoked")
-	if l.Slot() != 1 {
-		t.Errorf("the second waiter took slot %d, want 1", l.Slot())
+	if slot == l.Slot() || min(slot, l.Slot()) != 0 || max(slot, l.Slot()) != 1 {
+		t.Errorf("the waiters took slots %d and %d; want 0 and 1", slot, l.Slot())
 	}
 	requested(t, l, store.RequestNone) // the cancel was of the holders before
 	p.renewed()
