@@ -120,9 +120,10 @@ func contend(t *testing.T, w *witness, clients []store.Store, key string, claims
 	t.Logf("%d holds, at most %d at once", len(w.fences), w.most)
 }
 
-// Six workers on two clients take a key of 3 slots over and over: no two
-// holders share a slot, never more than 3 hold, every fence is new and
-// above those handed out before (M1, S1, S4).
+// Six workers on two clients take a key of 3 slots over and over while a
+// third client prunes: no two holders share a slot, never more than 3
+// hold, every fence is new and above those handed out before, and Prune
+// takes nothing from a holder or waiter (M1, S1, S4).
 func testSlotsWitness(t *testing.T, b *Backend) {
 	s, desc := b.New(t)
 	clients := []store.Store{s, b.openSecond(t, desc)}
@@ -130,12 +131,40 @@ func testSlotsWitness(t *testing.T, b *Backend) {
 	for i := range 6 {
 		claims = append(claims, b.slotClaim(fmt.Sprint("worker", i), 3))
 	}
+	stop := prunes(t, b.openSecond(t, desc))
 	contend(t, newWitness(), clients, "wit", claims, 8)
+	t.Logf("pruned %d times meanwhile", stop())
+}
+
+// prunes calls s.Prune over and over until the returned stop is called,
+// which says how many times it did.
+func prunes(t *testing.T, s store.Store) (stop func() int) {
+	done := make(chan struct{})
+	n := make(chan int, 1)
+	go func() {
+		count := 0
+		for {
+			select {
+			case <-done:
+				n <- count
+				return
+			default:
+			}
+			if _, err := s.Prune(t.Context()); err != nil {
+				t.Errorf("Prune beside the workers: %v", err)
+			}
+			count++
+		}
+	}()
+	return func() int {
+		close(done)
+		return <-n
+	}
 }
 
 // Four shared and two exclusive workers on two clients take one key over
-// and over: an exclusive holder is alone, every fence is new and above
-// those handed out before (M2, S1, S4).
+// and over while a third client prunes: an exclusive holder is alone,
+// every fence is new and above those handed out before (M2, S1, S4).
 func testSharedWitness(t *testing.T, b *Backend) {
 	s, desc := b.New(t)
 	clients := []store.Store{s, b.openSecond(t, desc)}
@@ -144,5 +173,7 @@ func testSharedWitness(t *testing.T, b *Backend) {
 		claims = append(claims, b.sharedClaim(fmt.Sprint("reader", i)))
 	}
 	claims = append(claims, b.claim("writer0"), b.claim("writer1"))
+	stop := prunes(t, b.openSecond(t, desc))
 	contend(t, newWitness(), clients, "wit", claims, 8)
+	t.Logf("pruned %d times meanwhile", stop())
 }
