@@ -185,7 +185,10 @@ type acquirer struct {
 	// there at the last read (many.go).
 	known map[string]store.Holder
 	ahead map[string]bool
-	// slot is the slot a slot holder claimed (claimSlot).
+	// taken are the contenders that hold a slot key, as last read or
+	// watched: those that have taken (many.go).
+	taken map[string]bool
+	// slot is the slot a slot or shared holder claimed (claimSlot).
 	slot int
 	// kept is the term of the waiter's last successful keep-alive (keep),
 	// from its send time; the grant's until the first.
@@ -226,7 +229,7 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 		// The leftover record was put with the key: its create revision
 		// is the fence.
 		if a.me.k == store.KindSlot {
-			a.slot, a.desc.Slot = 0, new(int)
+			a.desc.Slot = new(int)
 		}
 		return a.held(resp.Header.Revision, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs, nil)
 	}
@@ -235,33 +238,31 @@ func (a *acquirer) acquire(ctx context.Context) (*Lease, *store.Holder, error) {
 
 // enqueue puts the contender key "key/<lease>", its description and its
 // leftover record in one transaction. Alone under the prefix (and for a
-// slot, with slot 0 free: its slot key is put too), it holds at once and
-// reads the leftover records. Else the same puts (the leftover record
-// marked queued: the tree it names exists only once the waiter holds,
-// and this way its take writes nothing) and a read of the contenders
-// (ours the newest): for an exclusive claim the holder and the one just
-// ahead of ours, the one to wait for; for the others all of them, and
-// for a shared claim the leftover records, for a slot one the slot keys
-// (queued).
+// slot or shared claim, with slot 0 free: its slot key is put too), it
+// holds at once and reads the leftover records. Else the same puts (the
+// leftover record marked queued: the tree it names exists only once the
+// waiter holds, and this way its take writes nothing) and a read of the
+// contenders (ours the newest): for an exclusive claim the holder and the
+// one just ahead of ours, the one to wait for; for the others all of
+// them, and the slot keys (queued).
 func (a *acquirer) enqueue(ctx context.Context) (*clientv3.TxnResponse, error) {
 	pfx := prefixOf(a.key)
 	put := clientv3.OpPut(a.myKey, "", clientv3.WithLease(a.id))
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()}
 	then, held := []clientv3.Op{put}, a.desc
-	if a.me.k == store.KindSlot {
-		held.Slot = new(int)
+	if a.me.k != store.KindExclusive {
+		if a.me.k == store.KindSlot {
+			held.Slot = new(int)
+		}
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(slotKey(a.key, 0)), "=", 0))
 		then = append(then, slotPut(a.key, 0, a.id))
 	}
 	then = append(then, putDesc(a.id, held), a.leftoverPut(false), getLeftovers(a.key))
 	els := []clientv3.Op{put, putDesc(a.id, a.desc), a.leftoverPut(true)}
-	switch a.me.k {
-	case store.KindShared:
-		els = append(els, getContenders(pfx), getLeftovers(a.key))
-	case store.KindSlot:
-		els = append(els, getContenders(pfx), getSlots(a.key))
-	default:
+	if a.me.k == store.KindExclusive {
 		els = append(els, clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), newest(pfx, 2))
+	} else {
+		els = append(els, getContenders(pfx), getSlots(a.key))
 	}
 	octx, cancel := a.s.op(ctx)
 	defer cancel()
@@ -304,12 +305,18 @@ func (a *acquirer) queued(ctx context.Context, resp *clientv3.TxnResponse) (*Lea
 		a.known[string(kv.Key)] = hs[i]
 	}
 	a.setAhead(ahead)
+	if a.me.k != store.KindExclusive {
+		a.setTaken(resp.Responses[4].GetResponseRange().Kvs)
+	}
 	if admits(a.me, a.kindsAhead()) {
-		read := resp.Responses[4].GetResponseRange().Kvs
-		if a.me.k == store.KindShared {
-			return a.held(a.rev, read, all)
+		// Taken once every one ahead has taken (ready); waited for even
+		// without Wait, as is a slot still taken by a lost holder's slot
+		// key, which goes with its lease in a moment.
+		slots := resp.Responses[4].GetResponseRange().Kvs
+		if !a.ready() {
+			return a.wait(ctx, next{what: forAdmission, rev: a.rev})
 		}
-		l, n, err := a.claimSlot(ctx, read, a.rev)
+		l, n, err := a.claimSlot(ctx, slots, a.rev)
 		var u unanswered
 		if errors.As(err, &u) {
 			return a.wait(ctx, next{}) // claims again while the lease lives
@@ -317,8 +324,6 @@ func (a *acquirer) queued(ctx context.Context, resp *clientv3.TxnResponse) (*Lea
 		if l != nil || err != nil {
 			return l, nil, err
 		}
-		// Every slot still taken by a lost holder's slot key, which goes
-		// with its lease in a moment: waited for even without Wait.
 		return a.wait(ctx, n)
 	}
 	if !a.claim.Wait {
@@ -551,12 +556,14 @@ func (a *acquirer) keptTerm() (store.Term, bool) {
 // ended, or a keep-alive failed (trouble; the caller reads again), or died
 // was closed (the contender ahead died: deadahead_linux.go), or ctx ended.
 func (a *acquirer) waitDelete(ctx context.Context, key string, rev int64, died <-chan struct{}) error {
-	return a.watchUntil(ctx, key, false, rev, died, func([]byte) bool { return true })
+	return a.watchUntil(ctx, key, false, rev, died, func(*clientv3.Event) bool { return true }, "")
 }
 
 // watchUntil is waitDelete of key, or with prefix of every key under it,
-// that returns only once done says a deleted key is enough.
-func (a *acquirer) watchUntil(ctx context.Context, key string, prefix bool, rev int64, died <-chan struct{}, done func(key []byte) bool) error {
+// that returns only once done says an event is enough: the deletions of
+// key, and, with puts not "", the puts under that prefix too (a second watch on
+// the same stream).
+func (a *acquirer) watchUntil(ctx context.Context, key string, prefix bool, rev int64, died <-chan struct{}, done func(*clientv3.Event) bool, puts string) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	// Trouble, or the death of the contender ahead, ends the watch, also
@@ -580,12 +587,23 @@ func (a *acquirer) watchUntil(ctx context.Context, key string, prefix bool, rev 
 	if prefix {
 		opts = append(opts, clientv3.WithPrefix())
 	}
-	for wr := range a.s.c.Watch(wctx, key, opts...) {
-		if wr.Err() != nil {
+	dels := a.s.c.Watch(wctx, key, opts...)
+	var put clientv3.WatchChan // nil: none, never ready
+	if puts != "" {
+		put = a.s.c.Watch(wctx, puts, clientv3.WithRev(rev+1), clientv3.WithPrefix(), clientv3.WithFilterDelete())
+	}
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case wr, ok = <-dels:
+		case wr, ok = <-put:
+		}
+		if !ok || wr.Err() != nil {
 			break
 		}
 		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE && done(ev.Kv.Key) {
+			if done(ev) {
 				return nil
 			}
 		}
@@ -713,7 +731,7 @@ func (a *acquirer) held(confirmed int64, records, contenders []*mvccpb.KeyValue)
 	}
 	switch a.me.k {
 	case store.KindShared:
-		l.slot = -1
+		l.slot, l.slotKey = -1, slotKey(a.key, a.slot) // internal
 	case store.KindSlot:
 		l.slot, l.slotKey = a.slot, slotKey(a.key, a.slot)
 	}

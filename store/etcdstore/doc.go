@@ -3,21 +3,22 @@
 // the lock prefix "K/" of etcd's concurrency.Mutex: each contender puts
 // "K/<its lease in hex>" on its lease and waits for those ahead of it by
 // create revision. Side keys live under "_fencerun/" (no valid key can be
-// its prefix): desc/<lease>, cancel/<lease> and a slot holder's
-// slot/K/<i> on the contender's lease; leftovers/K/<lease>, once/K
+// its prefix): desc/<lease>, cancel/<lease> and a slot or shared
+// holder's slot/K/<i> on the contender's lease; leftovers/K/<lease>, once/K
 // (once.go) and history/K#<fence> (history.go) on no lease. It guarantees:
 //
 //   - S1, S4: among all that follow the Mutex protocol (fencerun, etcdctl
 //     lock) and while the cluster keeps quorum, one holder per key unless
 //     the claims ask for more; the fence is the holder key's create
-//     revision, rising in queue order across all slots.
+//     revision, rising across all slots: takes go in queue order.
 //   - M1-M4 (many.go): a contender holds by a rule on those ahead: none for
 //     an exclusive one and for one not fencerun's (so etcdctl lock is
 //     exclusive against every kind); only shared ones for a shared one;
-//     fewer than N slot-N ones for a slot one, which then puts the lowest
-//     free slot key. Another kind than the fencerun contenders' ahead is
-//     store.ErrSlots. Each holder has its own lease, key, watch and
-//     records; Revoke and Cancel act on those store.Which picks.
+//     fewer than N slot-N ones for a slot one; it takes the lowest free
+//     slot key once every one ahead has one (a shared one too). Another
+//     kind than the fencerun contenders' ahead is store.ErrSlots. Each
+//     holder has its own lease, key, watch and records; Revoke and Cancel
+//     act on those store.Which picks.
 //   - S5, E2: a renewal is a keep-alive, its Term from just before it was
 //     sent, plus a compare sent with it that the holder key (and slot key)
 //     is still its own; both must succeed, else store.ErrLost.
@@ -37,7 +38,6 @@
 // silent past its TTL has lost its lease: E4, fencing is the resource's
 // job); that a revoked holder has stopped before the next starts (only a
 // next holder on its host stops it first); that a Predecessor held the
-// lease; that holders admitted together start in fence order; cheap slot
-// waiting (W slot waiters get W watch events a release); cancel or
-// details for holders that are not fencerun.
+// lease; a start beside a stopped one ahead (FIFO); cheap slot waiting
+// (W waiters get W watch events a release); cancel, details of others.
 package etcdstore

@@ -40,7 +40,7 @@ func historyKey(key string, fence int64) string {
 func (l *Lease) holding(e *store.Ending) store.Holding {
 	h := store.Holding{Fence: uint64(l.rev), Name: l.desc.Name, PID: l.desc.PID, Host: l.desc.Host,
 		Reason: l.desc.Reason, Start: l.desc.Acquired.UTC(), Ending: e}
-	if l.slotKey != "" {
+	if l.slotKey != "" && l.slot >= 0 { // a shared holder's slot is internal
 		slot := l.slot
 		h.Slot = &slot
 	}

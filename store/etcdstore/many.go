@@ -28,18 +28,27 @@ import (
 //   - slot N: fewer than N ahead, every one slot-N.
 //
 // New contenders only ever join behind, so the set ahead of a waiter only
-// shrinks and a waiter once admitted stays admitted: a take reads the keys
-// ahead and needs no write to hold (P7 for exclusive holds, unchanged),
-// but a slot holder's slot key. The holders are the admitted head of the
-// queue, and the kinds a waiter read as it queued are all it needs.
+// shrinks and a waiter once admitted stays admitted. The holders are the
+// admitted head of the queue, and the kinds a waiter read as it queued
+// are all it needs. An exclusive take reads the keys ahead and writes
+// nothing (P7, unchanged).
 //
-// A slot holder then claims the lowest free slot number i by putting
-// _fencerun/slot/K/<i> on its lease if absent, in a transaction that
+// A slot or shared contender takes by putting a slot key on its lease,
+// _fencerun/slot/K/<i> for the lowest free i (a shared one's is internal:
+// Slot() is -1, status shows none), if absent, in a transaction that
 // compares its own key and reads the leftover records at the same
 // revision: a dead holder's slot key goes with its lease, so whoever
 // takes its slot finds its record dead and stops its tree first (M3).
-// An admitted claim that finds every slot taken (a lost holder's slot key
-// stays until its lease is revoked) waits for one, even without Wait.
+// The slot keys are also the marks of having taken: an admitted
+// contender takes only once every one ahead has its slot key, so takes
+// go in create-revision order and the fence (E1) rises in take order (S4,
+// M1). It watches the slot keys' puts beside the prefix's deletions. One
+// ahead that dies before it takes loses its key with its lease (and one
+// of this host is revoked at once, deadahead_linux.go); one stopped
+// (SIGSTOP) keeps those behind it waiting until it resumes or its lease
+// expires, FIFO as for exclusive holds. An admitted claim that finds
+// every slot taken (a lost holder's slot key stays until its lease is
+// revoked), or one ahead not yet taken, waits, even without Wait.
 
 // kind is what a contender holds as (M1, M2): a store.Kind, and its slots
 // (1 unless store.KindSlot).
@@ -182,6 +191,15 @@ func aheadOf(kvs []*mvccpb.KeyValue, rev int64) []*mvccpb.KeyValue {
 	return out
 }
 
+// slots is how many slot keys a contender may claim one of: N for a slot
+// one, store.MaxSlots for a shared one.
+func (a *acquirer) slots() int {
+	if a.me.k == store.KindSlot {
+		return a.me.n
+	}
+	return store.MaxSlots
+}
+
 // kindsAhead are the kinds of the contenders ahead, from what the waiter
 // read as it queued (known): the set ahead only shrinks, so each was read
 // then. One it does not know is taken for exclusive.
@@ -205,6 +223,37 @@ func (a *acquirer) setAhead(kvs []*mvccpb.KeyValue) {
 	}
 }
 
+// setTaken records which contenders have taken, from the slot keys read
+// (any order): the contender key of each slot key's lease.
+func (a *acquirer) setTaken(slots []*mvccpb.KeyValue) {
+	a.taken = make(map[string]bool, len(slots))
+	for _, kv := range slots {
+		a.tookSlot(kv)
+	}
+}
+
+// tookSlot records the contender whose slot key kv is as taken.
+func (a *acquirer) tookSlot(kv *mvccpb.KeyValue) {
+	if a.taken == nil {
+		a.taken = make(map[string]bool)
+	}
+	if _, ok := slotIndex(a.key, kv.Key); ok && kv.Lease != 0 {
+		a.taken[prefixOf(a.key)+leaseHex(clientv3.LeaseID(kv.Lease))] = true
+	}
+}
+
+// ready says whether an admitted waiter may take: every contender ahead
+// has taken (holds its slot key), so that takes go in fence order (S4,
+// M1).
+func (a *acquirer) ready() bool {
+	for k := range a.ahead {
+		if !a.taken[k] {
+			return false
+		}
+	}
+	return true
+}
+
 // nextWait is what a waiter that is not admitted with the contenders
 // ahead (read at rev, oldest first) waits for: an exclusive one the
 // newest ahead (as concurrency.Mutex does), a shared one the newest that
@@ -226,8 +275,9 @@ func (a *acquirer) nextWait(ahead []*mvccpb.KeyValue, rev int64) next {
 }
 
 // waitAdmitted waits, from revision rev on, until enough contenders
-// ahead are deleted for the waiter to be admitted: a watch of the whole
-// prefix (deletions only), each deletion of one ahead recounted. It is
+// ahead are deleted for the waiter to be admitted, and every one left
+// ahead has taken (ready): a watch of the whole prefix (deletions) and
+// of the slot keys (puts), each event of one ahead recounted. It is
 // woken by every deletion under the prefix, also of those behind it: W
 // slot waiters cost W wake-ups a release, where an exclusive waiter costs
 // one (its predecessor's). A dead contender of this host ahead has its
@@ -236,7 +286,7 @@ func (a *acquirer) nextWait(ahead []*mvccpb.KeyValue, rev int64) next {
 // goroutine for each, while it waits.
 func (a *acquirer) waitAdmitted(ctx context.Context, rev int64) error {
 	a.revokeDeadAhead(ctx)
-	if admits(a.me, a.kindsAhead()) {
+	if admits(a.me, a.kindsAhead()) && a.ready() {
 		return nil
 	}
 	died := make(chan struct{})
@@ -247,23 +297,26 @@ func (a *acquirer) waitAdmitted(ctx context.Context, rev int64) error {
 			defer stop()
 		}
 	}
-	return a.watchUntil(ctx, prefixOf(a.key), true, rev, died, func(k []byte) bool {
-		if !a.ahead[string(k)] {
+	return a.watchUntil(ctx, prefixOf(a.key), true, rev, died, func(ev *clientv3.Event) bool {
+		if ev.Type == mvccpb.PUT {
+			a.tookSlot(ev.Kv)
+		} else if a.ahead[string(ev.Kv.Key)] {
+			delete(a.ahead, string(ev.Kv.Key))
+		} else {
 			return false
 		}
-		delete(a.ahead, string(k))
-		return admits(a.me, a.kindsAhead())
-	})
+		return admits(a.me, a.kindsAhead()) && a.ready()
+	}, slotsOf(a.key))
 }
 
 // waitSlot waits, from revision rev on, for a slot key of the key to be
 // deleted: an admitted slot holder that found every slot taken (a lost
 // holder's slot key stays with its lease until that is revoked).
 func (a *acquirer) waitSlot(ctx context.Context, rev int64) error {
-	return a.watchUntil(ctx, slotsOf(a.key), true, rev, nil, func(k []byte) bool {
-		_, ok := slotIndex(a.key, k)
+	return a.watchUntil(ctx, slotsOf(a.key), true, rev, nil, func(ev *clientv3.Event) bool {
+		_, ok := slotIndex(a.key, ev.Kv.Key)
 		return ok
-	})
+	}, "")
 }
 
 // revokeDeadAhead revokes the leases of the contenders ahead that are
@@ -283,19 +336,14 @@ func (a *acquirer) revokeDeadAhead(ctx context.Context) {
 }
 
 // takeMany is take for a shared or slot waiter: one read, with the compare
-// that its key is still there, of every contender (admitted: all ahead
-// admit it) and, for a shared waiter, the leftover records, with which it
-// holds at once; for a slot waiter the slot keys, with which it claims
-// one (claimSlot). Not admitted, it says what to wait for.
+// that its key is still there, of every contender and the slot keys.
+// Admitted (all ahead admit it) and ready (all ahead have taken), it
+// claims a slot (claimSlot); else it says what to wait for.
 func (a *acquirer) takeMany(ctx context.Context) (*Lease, next, error) {
 	octx, cancel := a.s.op(ctx)
 	defer cancel()
 	termOf := a.takeTerm(octx)
-	second := getLeftovers(a.key)
-	if a.me.k == store.KindSlot {
-		second = getSlots(a.key)
-	}
-	resp, err := a.s.c.Txn(octx).If(a.mine()).Then(getContenders(prefixOf(a.key)), second).Commit()
+	resp, err := a.s.c.Txn(octx).If(a.mine()).Then(getContenders(prefixOf(a.key)), getSlots(a.key)).Commit()
 	term, kerr := termOf()
 	if ctx.Err() != nil && (err != nil || kerr != nil) {
 		return nil, next{}, fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
@@ -306,11 +354,15 @@ func (a *acquirer) takeMany(ctx context.Context) (*Lease, next, error) {
 	if !resp.Succeeded {
 		return nil, next{}, a.waitedOut()
 	}
-	all := resp.Responses[0].GetResponseRange().Kvs
-	ahead := aheadOf(all, a.rev)
+	ahead := aheadOf(resp.Responses[0].GetResponseRange().Kvs, a.rev)
+	slots := resp.Responses[1].GetResponseRange().Kvs
 	a.setAhead(ahead)
+	a.setTaken(slots)
 	if !admits(a.me, a.kindsAhead()) {
 		return nil, a.nextWait(ahead, resp.Header.Revision), nil
+	}
+	if !a.ready() {
+		return nil, next{what: forAdmission, rev: resp.Header.Revision}, nil
 	}
 	if kerr != nil {
 		return nil, next{}, a.noTerm(kerr)
@@ -318,17 +370,13 @@ func (a *acquirer) takeMany(ctx context.Context) (*Lease, next, error) {
 	a.term = term
 	// Its holding starts now, not when it queued (see take).
 	a.desc.Acquired = time.Now()
-	read := resp.Responses[1].GetResponseRange().Kvs
-	if a.me.k == store.KindShared {
-		l, _, err := a.held(resp.Header.Revision, read, all)
-		return l, next{}, err
-	}
-	return a.claimSlot(ctx, read, resp.Header.Revision)
+	return a.claimSlot(ctx, slots, resp.Header.Revision)
 }
 
-// claimSlot takes the lowest free slot for an admitted slot contender,
-// slots being the slot keys read at revision rev: it puts the slot key on
-// its lease if absent, and its description with the slot, compared on
+// claimSlot takes the lowest free slot for a ready slot or shared
+// contender, slots being the slot keys read at revision rev: it puts the
+// slot key on its lease if absent, and its description (a slot one's
+// with the slot), compared on
 // its own key, and reads the leftover records and contenders in the same
 // transaction, so that the dead holder whose slot it takes is dead in
 // that read (its slot key went with its lease and its holder key), and
@@ -337,7 +385,7 @@ func (a *acquirer) takeMany(ctx context.Context) (*Lease, next, error) {
 // its own. With every slot taken, it says to wait for one (forSlot).
 func (a *acquirer) claimSlot(ctx context.Context, slots []*mvccpb.KeyValue, rev int64) (*Lease, next, error) {
 	for {
-		i, ok := lowestFree(a.key, slots, a.me.n)
+		i, ok := lowestFree(a.key, slots, a.slots())
 		free := clientv3.Compare(clientv3.CreateRevision(slotKey(a.key, i)), "=", 0)
 		for _, kv := range slots {
 			if j, isSlot := slotIndex(a.key, kv.Key); isSlot && kv.Lease == int64(a.id) {
@@ -349,7 +397,9 @@ func (a *acquirer) claimSlot(ctx context.Context, slots []*mvccpb.KeyValue, rev 
 			return nil, next{what: forSlot, rev: rev}, nil
 		}
 		d := a.desc
-		d.Slot = &i
+		if a.me.k == store.KindSlot {
+			d.Slot = &i // a shared holder's slot is internal
+		}
 		octx, cancel := a.s.op(ctx)
 		resp, err := a.s.c.Txn(octx).If(a.mine(), free).
 			Then(slotPut(a.key, i, a.id), putDesc(a.id, d), getLeftovers(a.key), getContenders(prefixOf(a.key))).
