@@ -51,12 +51,19 @@ while [ ! -e "$d/go" ] && [ ! -e "$d/go.$me" ]; do sleep 0.01; done
 rm -f "$d/run.$me"
 `
 
-// waitMany waits until key has holders holders and waiters waiters.
+// waitMany waits until key has holders holders and waiters waiters, and
+// every slot holder its slot: on etcd one admitted shows as a holder
+// before it takes its slot, which it does once every one ahead has.
 func (s *sandbox) waitMany(key string, holders, waiters int) keyStatus {
 	s.t.Helper()
 	var st keyStatus
 	if err := waitFor(func() bool {
 		st = s.status(key)
+		for _, h := range st.Holders {
+			if h.Kind == "slot" && h.Slot == nil {
+				return false
+			}
+		}
 		return len(st.Holders) == holders && len(st.Waiters) == waiters
 	}); err != nil {
 		s.t.Fatalf("%s never had %d holders and %d waiters; last %+v", key, holders, waiters, st)
