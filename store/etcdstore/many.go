@@ -283,7 +283,11 @@ func (a *acquirer) nextWait(ahead []*mvccpb.KeyValue, rev int64) next {
 // one (its predecessor's). A dead contender of this host ahead has its
 // lease revoked first, and one alive is watched by a pidfd, as an
 // exclusive waiter's predecessor is (deadahead_linux.go): a pidfd and a
-// goroutine for each, while it waits.
+// goroutine for each, while it waits. Contenders admitted together take
+// one after another, each a read and a write after the put of the one
+// ahead (and a watch from a past revision, which etcd catches up every
+// 100 ms): 200 shared waiters admitted together all hold about 1.4 s
+// after the release, against 0.25 s when they took in any order.
 func (a *acquirer) waitAdmitted(ctx context.Context, rev int64) error {
 	a.revokeDeadAhead(ctx)
 	if admits(a.me, a.kindsAhead()) && a.ready() {
