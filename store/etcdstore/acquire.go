@@ -293,7 +293,7 @@ func (a *acquirer) queued(ctx context.Context, resp *clientv3.TxnResponse) (*Lea
 			ahead = append(ahead, kvs[1])
 		}
 	}
-	hs, err := a.s.describeAll(ctx, ahead)
+	hs, err := a.describeAhead(ctx, ahead)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -427,6 +427,26 @@ func (a *acquirer) wait(ctx context.Context, n next) (*Lease, *store.Holder, err
 			return l, nil, err
 		}
 		n = after
+	}
+}
+
+// describeAhead reads the descriptions of the contenders ahead, just
+// after the claim queued. A cluster that does not answer then (an
+// election, a member lost) is asked again while the claim's lease lives,
+// as a waiter's take is (wait): its place in the queue is still its own.
+func (a *acquirer) describeAhead(ctx context.Context, ahead []*mvccpb.KeyValue) ([]store.Holder, error) {
+	a.kept = a.term // no keep-alive runs yet
+	for {
+		hs, err := a.s.describeAll(ctx, ahead)
+		if err == nil || !a.leaseMayLive() {
+			return hs, err
+		}
+		a.s.log.Debug("reading who is ahead got no answer; reading again while the lease lives", "key", a.key, "error", err)
+		select {
+		case <-time.After(retryBreath):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
+		}
 	}
 }
 
