@@ -105,7 +105,7 @@ func describeHolder(h Holder) string {
 }
 
 // The zero Which picks every holder; Slot picks the holder in that slot
-// only; PID every holder of that fencerun; both, the one that has both
+// only (slot 0 an exclusive holder too, never a shared one); PID every holder of that fencerun; both, the one that has both
 // (M3).
 func TestWhichPicks(t *testing.T) {
 	zero, one := 0, 1
@@ -121,7 +121,8 @@ func TestWhichPicks(t *testing.T) {
 	}{
 		{"zero", Which{}, true, []bool{true, true, true, true}},
 		{"slot 1", Which{Slot: &one}, false, []bool{false, true, false, false}},
-		{"slot 0", Which{Slot: &zero}, false, []bool{true, false, false, false}},
+		{"slot 0", Which{Slot: &zero}, false, []bool{true, false, true, false}},
+		{"slot 0 pid 10", Which{Slot: &zero, PID: 10}, false, []bool{true, false, true, false}},
 		{"pid 10", Which{PID: 10}, false, []bool{true, false, true, false}},
 		{"pid 12", Which{PID: 12}, false, []bool{false, false, false, true}},
 		{"pid 99", Which{PID: 99}, false, []bool{false, false, false, false}},

@@ -702,8 +702,9 @@ func describeKind(k Kind, n int) string {
 }
 
 // Which picks holders of a key, for Revoke and Cancel (M3): the zero value
-// picks every holder; Slot the one in that slot; PID the one whose
-// fencerun has that pid.
+// picks every holder; Slot the one in that slot (slot 0 an exclusive
+// holder too: its Lease.Slot, and under --slots 1 its FENCERUN_SLOT, is
+// 0; a shared holder has none); PID the one whose fencerun has that pid.
 type Which struct {
 	Slot *int
 	PID  int
@@ -711,10 +712,22 @@ type Which struct {
 
 // Picks reports whether w picks h.
 func (w Which) Picks(h *Holder) bool {
-	if w.Slot != nil && (h.Slot == nil || *h.Slot != *w.Slot) {
+	if w.Slot != nil && slotOf(h) != *w.Slot {
 		return false
 	}
 	return w.PID == 0 || h.PID == w.PID
+}
+
+// slotOf is the slot Which.Slot picks h by: its slot, 0 for an exclusive
+// holder (etcdctl's too), -1 for a shared one.
+func slotOf(h *Holder) int {
+	switch {
+	case h.Slot != nil:
+		return *h.Slot
+	case h.Kind == KindShared:
+		return -1
+	}
+	return 0
 }
 
 // All reports whether w picks every holder.
