@@ -64,7 +64,8 @@ func (s *Store) status(ctx context.Context, key string, kvs []*mvccpb.KeyValue) 
 			octx, cancel := s.op(ctx)
 			ttl, err := s.c.TimeToLive(octx, id)
 			cancel()
-			if err == nil && ttl.TTL > 0 {
+			// TTL is whole seconds: 0 is under a second left, -1 gone.
+			if err == nil && ttl.TTL >= 0 {
 				held[i].Expires = time.Now().Add(time.Duration(ttl.TTL) * time.Second)
 			}
 		}
