@@ -646,6 +646,15 @@ const (
 	KindSlot      Kind = "slot"      // in one of Slots slots (M1)
 )
 
+// HoldKind is h's kind, exclusive where none was recorded (a record from
+// before M1, a resident) and for a holder that is not fencerun's.
+func (h Holder) HoldKind() Kind {
+	if h.Kind == "" || h.Foreign {
+		return KindExclusive
+	}
+	return h.Kind
+}
+
 // MaxSlots bounds Claim.Slots (M1), and the shared holders of a key.
 const MaxSlots = 1024
 
@@ -678,10 +687,7 @@ func ValidateClaimKind(c Claim) error {
 // exclusive and shared ones. A foreign holder (etcdctl lock) is exclusive.
 // role is "holder" or "waiter". The error wraps ErrSlots and names both.
 func SameKind(k Kind, n int, h Holder, role string) error {
-	hk, hn := h.Kind, h.Slots
-	if hk == "" || h.Foreign {
-		hk, hn = KindExclusive, 1
-	}
+	hk, hn := h.HoldKind(), h.Slots
 	if hk != KindSlot {
 		hn = 1
 	}

@@ -68,12 +68,10 @@ func kindOfClaim(c store.Claim) kind {
 // kindOf is the kind a contender's Holder (describeAll) names; one that is
 // not fencerun's, or of a fencerun before slots, is exclusive.
 func kindOf(h store.Holder) kind {
-	switch {
-	case h.Foreign:
-		return exclusive
-	case h.Kind == store.KindShared:
+	switch k := h.HoldKind(); {
+	case k == store.KindShared:
 		return kind{store.KindShared, 1}
-	case h.Kind == store.KindSlot && h.Slots > 1:
+	case k == store.KindSlot && h.Slots > 1:
 		return kind{store.KindSlot, h.Slots}
 	}
 	return exclusive

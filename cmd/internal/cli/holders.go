@@ -32,25 +32,16 @@ func holdersOf(st store.Status) []store.Holder {
 // held reports whether st has a holder of any kind.
 func held(st store.Status) bool { return st.Holder != nil || len(st.Holders) > 0 }
 
-// kindOf is h's kind, exclusive where the backend said none (a record
-// from before M1, a resident, a foreign holder).
-func kindOf(h store.Holder) store.Kind {
-	if h.Kind == "" || h.Foreign {
-		return store.KindExclusive
-	}
-	return h.Kind
-}
-
 // notAllExclusive reports whether st's holders or waiters are not all
 // exclusive: then each waiter is shown with its kind.
 func notAllExclusive(st store.Status) bool {
 	for _, h := range holdersOf(st) {
-		if kindOf(h) != store.KindExclusive {
+		if h.HoldKind() != store.KindExclusive {
 			return true
 		}
 	}
 	for _, w := range st.Waiters {
-		if kindOf(w) != store.KindExclusive {
+		if w.HoldKind() != store.KindExclusive {
 			return true
 		}
 	}
@@ -63,7 +54,7 @@ func notAllExclusive(st store.Status) bool {
 func holdersCount(hs []store.Holder) string {
 	var slots, shared, excl, of int
 	for _, h := range hs {
-		switch kindOf(h) {
+		switch h.HoldKind() {
 		case store.KindSlot:
 			slots, of = slots+1, max(of, h.Slots)
 		case store.KindShared:
@@ -87,19 +78,19 @@ func holdersCount(hs []store.Holder) string {
 
 // place says where h holds: "slot 2", "shared", "exclusive".
 func place(h store.Holder) string {
-	if kindOf(h) == store.KindSlot && h.Slot != nil {
+	if h.HoldKind() == store.KindSlot && h.Slot != nil {
 		return "slot " + strconv.Itoa(*h.Slot)
 	}
-	return string(kindOf(h))
+	return string(h.HoldKind())
 }
 
 // waitsFor says what a waiter waits for: "exclusive", "shared", "one of 4
 // slots".
 func waitsFor(w store.Holder) string {
-	if kindOf(w) == store.KindSlot {
+	if w.HoldKind() == store.KindSlot {
 		return fmt.Sprintf("one of %d slots", w.Slots)
 	}
-	return string(kindOf(w))
+	return string(w.HoldKind())
 }
 
 // holderLine is one holder of many, for status: "slot 2: make (pid 12 on
@@ -177,7 +168,7 @@ func firstAcquired(hs []store.Holder) time.Time {
 // not exclusive.
 func named(h store.Holder) string {
 	s := fmt.Sprintf("%s, fence %d", who(&h), h.Fence)
-	if kindOf(h) != store.KindExclusive {
+	if h.HoldKind() != store.KindExclusive {
 		s += ", " + place(h)
 	}
 	return s

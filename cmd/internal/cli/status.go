@@ -279,7 +279,7 @@ func (l *leftoversView) String() string {
 func view(st store.Status) statusView {
 	v := statusView{Status: st, Waiters: []waiterView{}}
 	for _, w := range st.Waiters {
-		v.Waiters = append(v.Waiters, waiterView{Kind: kindOf(w), Slots: w.Slots, Name: w.Name, PID: w.PID, Host: w.Host, Reason: w.Reason, Since: w.Acquired, Build: w.Build})
+		v.Waiters = append(v.Waiters, waiterView{Kind: w.HoldKind(), Slots: w.Slots, Name: w.Name, PID: w.PID, Host: w.Host, Reason: w.Reason, Since: w.Acquired, Build: w.Build})
 	}
 	if st.Err != nil {
 		v.Error = st.Err.Error()
@@ -319,7 +319,7 @@ func view(st store.Status) statusView {
 // shown is h as status shows it: with its kind, and how many processes
 // its cgroup holds (only this host can count them).
 func shown(h store.Holder) store.Holder {
-	h.Kind = kindOf(h)
+	h.Kind = h.HoldKind()
 	if h.Cgroup != "" {
 		h.Processes, _ = supervisor.CountTrees([]store.Leftover{{HolderPID: h.PID, Host: h.Host, Cgroup: h.Cgroup}})
 	}
