@@ -17,15 +17,16 @@ import (
 // with file capabilities (commit_creds). For such a command, a watcher
 // keeps the promise: this program run again (argv[0] watcherName), in a
 // session of its own, started before the command, that holds the read end
-// of a pipe whose write end only this process has. Once the command runs,
-// this process writes its pid and start time there, and "done" once it
-// is reaped. An end of file without "done" means this process died: the
-// watcher SIGKILLs the command, if it is still the recorded one.
+// of a pipe whose write end only this process has. The command starts
+// through the trampoline (activation_linux.go), which still has its
+// Pdeathsig and writes its pid and start time there before it execs the
+// command; this process writes "done" once the command is reaped. An end
+// of file without "done" means this process died: the watcher SIGKILLs
+// the command, if it is still the recorded one.
 //
 // It does not cover a command that execs such a program later (sh -c
 // 'exec sudo ...'): that one outlives this process's SIGKILL until the next
-// holder stops it. Nor a SIGKILL between the fork and the write of the pid
-// (a few system calls), nor a command that made its real uid another one
+// holder stops it. Nor a command that made its real uid another one
 // (sudo's setresuid): the watcher, as this process's user, may not signal
 // it then.
 const watcherName = "fencerun-deathwatch"
@@ -79,13 +80,6 @@ func startWatcher() (*watcher, error) {
 		return nil, fmt.Errorf("supervisor: starting the death watcher: %w", err)
 	}
 	return &watcher{pid: pid, w: w}, nil
-}
-
-// arm tells the watcher the command's pid and start time.
-func (wt *watcher) arm(pid int, start uint64) {
-	if wt != nil {
-		fmt.Fprintf(wt.w, "%d %d\n", pid, start)
-	}
 }
 
 // release tells the watcher the command is reaped, and reaps it.

@@ -256,18 +256,9 @@ func (p *Process) fork(path string, argv, env []string) error {
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, p.cg.fd
 		p.log.Debug("cgroup created", "cgroup", p.cg.path)
 	}
-	if !p.foreign && changesCredentials(path) {
-		var err error
-		if p.watch, err = startWatcher(); err != nil {
-			p.log.Warn("the command's exec clears its Pdeathsig, and no watcher stands in", "error", err)
-		}
-	}
+	execPath, execArgv := p.execVia(path, argv, attr)
 	p.subscribe()
 	started := make(chan error)
-	execPath, execArgv := path, argv
-	if activated(env) {
-		execPath, execArgv = viaTrampoline(path, argv)
-	}
 	go p.run(execPath, execArgv, attr, started)
 	if err := <-started; err != nil {
 		p.watch.release()
@@ -288,6 +279,28 @@ func (p *Process) fork(path string, argv, env []string) error {
 	return nil
 }
 
+// execVia is the path and argv the child execs: the command's own, or the
+// trampoline's (activation_linux.go) when the command is socket-activated
+// or its exec clears its Pdeathsig; then a watcher stands in, and its
+// pipe's write end is added to attr's files for the trampoline.
+func (p *Process) execVia(path string, argv []string, attr *syscall.ProcAttr) (string, []string) {
+	if !p.foreign && changesCredentials(path) {
+		var err error
+		if p.watch, err = startWatcher(); err != nil {
+			p.log.Warn("the command's exec clears its Pdeathsig, and no watcher stands in", "error", err)
+		}
+	}
+	listen, watch := activated(attr.Env), -1
+	if p.watch != nil {
+		watch = len(attr.Files)
+		attr.Files = append(attr.Files, p.watch.w.Fd())
+	}
+	if !listen && watch < 0 {
+		return path, argv
+	}
+	return viaTrampoline(path, argv, listen, watch)
+}
+
 // run starts the child and reaps it. Pdeathsig fires when the thread that
 // forked the child ends, not the process (go.dev/issue/27505), so this
 // goroutine holds its thread until the child is reaped, and never unlocks
@@ -305,7 +318,6 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 			p.start = q.start
 		}
 		reg.procs[pid] = p
-		p.watch.arm(pid, p.start)
 	}
 	reg.mu.Unlock()
 	started <- err
