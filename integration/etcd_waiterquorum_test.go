@@ -57,9 +57,10 @@ func TestEtcdWaiterLosesQuorum(t *testing.T) {
 		c.Members[i].Pause()
 	}
 	lost := time.Now()
-	// Bounded by the waiter's term (3 s from its last keep-alive) and one
-	// take's --dial-timeout (2 s) after it: a minute is for the load only,
-	// and a waiter still queued then keeps its place past its term.
+	// Bounded by the waiter's term (3 s from its last keep-alive), then
+	// takes for --dial-timeout (2 s) more, and one take's timeout: about
+	// 10 s here; a minute is for the load only, and a waiter still queued
+	// then keeps its place past its term.
 	select {
 	case err := <-exited:
 		code := testsupport.ExitCode(t, err)

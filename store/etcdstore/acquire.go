@@ -399,6 +399,7 @@ func (a *acquirer) wait(ctx context.Context, n next) (*Lease, *store.Holder, err
 	a.trouble = make(chan struct{}, 1)
 	go a.keep(kctx, a.term.TTL/3)
 	s.log.Debug("waiting for the lease", "key", a.key, "lease", leaseHex(a.id))
+	var streak unansweredFor
 	for {
 		if err := a.await(ctx, n); err != nil {
 			return nil, nil, err
@@ -408,7 +409,9 @@ func (a *acquirer) wait(ctx context.Context, n next) (*Lease, *store.Holder, err
 			afterTake(a.key, l != nil)
 		}
 		var u unanswered
-		if errors.As(err, &u) && a.leaseMayLive() {
+		if !errors.As(err, &u) {
+			streak = unansweredFor{}
+		} else if a.retry(&streak) {
 			// A leader election, a member lost: the place in the queue
 			// is still ours while the lease lives, so take again.
 			s.log.Debug("the take got no answer; taking again while the lease lives", "key", a.key, "error", u.err)
@@ -436,9 +439,10 @@ func (a *acquirer) wait(ctx context.Context, n next) (*Lease, *store.Holder, err
 // as a waiter's take is (wait): its place in the queue is still its own.
 func (a *acquirer) describeAhead(ctx context.Context, ahead []*mvccpb.KeyValue) ([]store.Holder, error) {
 	a.kept = a.term // no keep-alive runs yet
+	var streak unansweredFor
 	for {
 		hs, err := a.s.describeAll(ctx, ahead)
-		if err == nil || !a.leaseMayLive() {
+		if err == nil || !a.retry(&streak) {
 			return hs, err
 		}
 		a.s.log.Debug("reading who is ahead got no answer; reading again while the lease lives", "key", a.key, "error", err)
@@ -548,12 +552,35 @@ const retryBreath = 100 * time.Millisecond
 
 // leaseMayLive reports whether the waiter's lease is still within the
 // term of its last keep-alive (counted from its send time, so it has not
-// expired unless revoked). Past it, a wait that the cluster does not
-// answer gives up (E6), as its place in the queue may be gone.
+// expired unless revoked).
 func (a *acquirer) leaseMayLive() bool {
 	a.keptMu.Lock()
 	defer a.keptMu.Unlock()
 	return a.claim.Clock()-a.kept.Start < a.kept.TTL
+}
+
+// unansweredFor is the streak of calls of a wait that the cluster has
+// not answered, from since (the claim's clock); on is false when the last
+// one was answered.
+type unansweredFor struct {
+	since time.Duration
+	on    bool
+}
+
+// retry reports whether a wait whose call got no answer asks again: while
+// its lease may live, and past that until --dial-timeout has passed since
+// the first call in a row that got no answer (E6), as its place in the
+// queue may be gone. Only a
+// leader expires a lease, and a new one gives every lease a fresh term
+// (etcd's lessor Promote): an election longer than the term is no sign
+// that the lease is gone (E7), and if it is, the next answered take finds
+// its contender key gone.
+func (a *acquirer) retry(u *unansweredFor) bool {
+	now := a.claim.Clock()
+	if !u.on {
+		u.since, u.on = now, true
+	}
+	return a.leaseMayLive() || now-u.since < a.s.timeout
 }
 
 // troubled tells the wait that a keep-alive failed, once until it reads.
