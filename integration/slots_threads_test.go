@@ -7,16 +7,6 @@ import (
 	"testing"
 )
 
-// knownDefect skips a test that shows a defect not fixed yet (why),
-// unless FENCERUN_KNOWN_DEFECTS is set: run them with
-// FENCERUN_KNOWN_DEFECTS=1 go test -run NAME ./integration/.
-func knownDefect(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("FENCERUN_KNOWN_DEFECTS") == "" {
-		t.Skip("known defect, not fixed yet: " + why + " (FENCERUN_KNOWN_DEFECTS=1 runs it)")
-	}
-}
-
 // threadsOf is the number of OS threads of process pid (/proc status).
 func threadsOf(t *testing.T, pid int) int {
 	t.Helper()
@@ -34,13 +24,12 @@ func threadsOf(t *testing.T, pid int) int {
 	return 0
 }
 
-// M1, P8: a waiter at the head of a full --slots 16 key sleeps on every
+// M1, P8: a waiter at the head of a full --slots 16 key waits on every
 // busy slot; once it takes one it must not keep a thread blocked on
 // each of the others for as long as their holders hold (and woken by
 // each of their releases): a holder that waited costs what one that did
 // not costs.
 func TestSlotsHeadWaitLeavesNoThreads(t *testing.T) {
-	knownDefect(t, "a head waiter's abandoned flock waits stay a thread each (holders.go); the fix is a redesign of the wait")
 	t.Parallel()
 	s := newSandbox(t)
 	const n = 16

@@ -91,6 +91,9 @@ type acquirer struct {
 	// saidMoved: a holder whose files were moved away was waited for
 	// (its claim), which the log said once and the fence stays above.
 	saidMoved bool
+	// recheck: the last wait for any of several slots woke by an event
+	// (holders.go, waitAny).
+	recheck bool
 }
 
 // busy says who is in the way: whom to report, and the lock to wait on:
@@ -287,12 +290,11 @@ func (a *acquirer) lockLive(sd dir, g int, ks keySlots) (live int, free bool, er
 // lockUnlessHeld takes flock(LOCK_EX) on a live, open as fd, unless a
 // holder holds it: EWOULDBLOCK. Holders lock live only under the guard,
 // which the caller holds, so a LOCK_SH found on it is not a holder's but
-// a waiter's, which drops it at once: the head's own, or one of the waits
-// a head left to goroutines when it took another slot (holders.go), which
-// gets its LOCK_SH whenever that slot's holder goes, long after. Such a
-// lock is waited out (up to a second, then it counts as held): else a
-// freed slot would look held, a higher one be taken (M1) or a claim
-// without --wait be told the key is busy.
+// a waiter's or a reader's probe (statefs.ProbeFD, an abandoned wait on
+// one slot), which drops it at once. Such a lock is waited out (up to a
+// second, then it counts as held): else a freed slot would look held, a
+// higher one be taken (M1) or a claim without --wait be told the key is
+// busy.
 func lockUnlessHeld(fd int) error {
 	for try := 0; ; try++ {
 		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)

@@ -38,6 +38,6 @@
 // (guard.go: changes wait, Status and List answer without it); a record
 // whose two slots a power cut tore (corrupt until release --force); many
 // holders against a fencerun from before them on the same root (it sees
-// slot 0 only); cheap waiting on many slots (a --slots N head sleeps on up
-// to N threads).
+// slot 0 only); a killed slot holder noticed at once by a head waiting on
+// several slots (up to 100 ms late, holders.go).
 package filestore

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -36,11 +37,9 @@ import (
 // Admission is the queue's (acquire.go), strictly in arrival order across
 // kinds: only the head waiter (or a newcomer with nobody queued) may take
 // a slot. A head that may take any of several busy slots (a slot or
-// shared claim behind a full key) sleeps in flock on each one's live, a
-// goroutine each, and the first to wake it wins; an exclusive head waits
-// for one busy slot at a time. A wait given up leaves its flock to a
-// goroutine until that holder goes (internal/statefs LockFile), an
-// idle thread each: a head waiter of --slots N sleeps on up to N threads.
+// shared claim behind a full key) watches each one's live for the close
+// that drops its lock, all in one inotify instance (waitAny); an
+// exclusive head sleeps in flock on one busy slot at a time.
 
 // holdersDir is the directory of a key's slots 1 and up.
 const holdersDir = "holders"
@@ -304,25 +303,109 @@ func (ks keySlots) slot(i int) *slotState {
 	return nil
 }
 
-// waitLives returns once any of the slots' live is unlocked (or gone),
-// or ctx ends: a goroutine each, blocked in flock (see the top of this
-// file).
+// waitLives returns once any of the slots' live may be unlocked (or is
+// gone), or ctx ends. One slot is slept on in flock (waitLive); several
+// through one inotify instance (waitAny).
 func (a *acquirer) waitLives(ctx context.Context, slots []int) error {
 	if len(slots) == 1 {
 		return a.waitLive(ctx, slots[0])
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	woke := make(chan error, len(slots))
-	var wg sync.WaitGroup
-	for _, i := range slots {
-		wg.Go(func() { woke <- a.waitLive(ctx, i) })
+	return a.waitAny(ctx, slots)
+}
+
+// anyWait is a wait for any of several slots' live: their directories and
+// lives, open, and the inotify instance that watches the lives.
+type anyWait struct {
+	sds   []slotDir
+	lives []int
+	in    *os.File
+}
+
+// waitAny is waitLives of several slots. A live's lock goes when the last
+// descriptor of its holder's open is closed, by a release or its death,
+// and the close is an inotify event on it (IN_CLOSE_NOWRITE), as are
+// release --force's unlink and a move: one instance watches them all,
+// polled by the runtime, so the wait has no thread of its own and leaves
+// nothing behind. A close by anyone else (a status read) wakes it for one
+// attempt. The kernel queues the close event just before it drops the
+// lock (__fput), so an attempt made on the event can find the lock still
+// there: after a wake by an event, the next wait also ends after
+// recheckAfter.
+func (a *acquirer) waitAny(ctx context.Context, slots []int) error {
+	w, free, err := a.watchLives(slots)
+	defer w.close()
+	if err != nil || free {
+		return err
 	}
-	err := <-woke
-	// The others return at once, each flock left to a goroutine of
-	// LockFile's own: none of them uses a.kd after this returns.
-	cancel()
-	wg.Wait()
-	return err
+	if a.recheck {
+		w.in.SetReadDeadline(time.Now().Add(recheckAfter))
+	}
+	stop := context.AfterFunc(ctx, func() { w.in.SetReadDeadline(time.Now()) })
+	defer stop()
+	var buf [4096]byte
+	_, err = w.in.Read(buf[:])
+	a.recheck = err == nil
+	if err != nil && ctx.Err() == nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("filestore: waiting for %q: inotify: %w", a.key, err)
+	}
+	return nil
+}
+
+// recheckAfter bounds the wait after an attempt on a close event that
+// found the lock not yet dropped (waitAny).
+const recheckAfter = 100 * time.Millisecond
+
+// watchLives opens each slot's live, watches it, and then probes its
+// lock: free says one is gone or unlocked already, and nothing need be
+// waited for.
+func (a *acquirer) watchLives(slots []int) (w anyWait, free bool, err error) {
+	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return w, false, fmt.Errorf("filestore: waiting for %q: inotify: %w", a.key, err)
+	}
+	// Non-blocking: the runtime polls it.
+	w.in = os.NewFile(uintptr(in), "inotify")
+	for _, i := range slots {
+		sd, err := openSlot(a.kd, i, false)
+		if errors.Is(err, fs.ErrNotExist) {
+			return w, true, nil
+		}
+		if err != nil {
+			return w, false, err
+		}
+		w.sds = append(w.sds, slotDir{i: i, d: sd})
+		fd, err := sd.OpenFile(liveFile, unix.O_RDONLY)
+		if errors.Is(err, fs.ErrNotExist) {
+			return w, true, nil
+		}
+		if err != nil {
+			return w, false, err
+		}
+		w.lives = append(w.lives, fd)
+		// Through the descriptor: the very file opened, whatever its
+		// path has become since.
+		const events = unix.IN_CLOSE_NOWRITE | unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF
+		if _, err := unix.InotifyAddWatch(in, "/proc/self/fd/"+strconv.Itoa(fd), events); err != nil {
+			return w, false, fmt.Errorf("filestore: waiting for %q: watch %s: %w", a.key, sd.Join(liveFile), err)
+		}
+		if held, err := statefs.ProbeFD(fd, sd.Join(liveFile)); err != nil || !held {
+			return w, !held, err
+		}
+	}
+	return w, false, nil
+}
+
+// close ends the wait: the instance first, so that closing the lives
+// wakes nobody; its teardown waits for an RCU grace period (internal/notify),
+// which is left to a goroutine.
+func (w anyWait) close() {
+	if w.in != nil {
+		go w.in.Close()
+	}
+	for _, fd := range w.lives {
+		unix.Close(fd)
+	}
+	closeSlots(w.sds)
 }
 
 // waitLive is waitUnlocked on slot i's live.
