@@ -82,9 +82,12 @@ func trampoline(jobs, path string, argv []string) int {
 	err := syscall.Exec(path, argv, env)
 	fmt.Fprintf(os.Stderr, "fencerun: %s: %v\n", path, err)
 	// The trampoline is a process of its own and exits by itself: with the
-	// codes of SPEC.md that the parent would have given for this failure.
-	if err == syscall.ENOENT {
-		return 127
+	// codes of SPEC.md that the parent gives for the same failure of its
+	// fork (Process.fork). The path was found (LookPath), so an ENOENT
+	// now is a missing interpreter or a file just removed: 126, not 127.
+	switch err {
+	case syscall.EAGAIN, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE:
+		return 125
 	}
 	return 126
 }

@@ -292,8 +292,18 @@ func (p *Process) execVia(path string, argv []string, attr *syscall.ProcAttr) (s
 	}
 	listen, watch := activated(attr.Env), -1
 	if p.watch != nil {
-		watch = len(attr.Files)
-		attr.Files = append(attr.Files, p.watch.w.Fd())
+		// At its own number where that is free in the command's table
+		// (a number below the highest inherited one that is not
+		// inherited): the fork need not move it, which under an
+		// open-file limit just above that descriptor (descriptorsFit)
+		// it could not.
+		fd := p.watch.w.Fd()
+		if watch = int(fd); watch < len(attr.Files) && attr.Files[watch] == ^uintptr(0) {
+			attr.Files[watch] = fd
+		} else {
+			watch = len(attr.Files)
+			attr.Files = append(attr.Files, fd)
+		}
 	}
 	if !listen && watch < 0 {
 		return path, argv
