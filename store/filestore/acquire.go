@@ -94,6 +94,9 @@ type acquirer struct {
 	// recheck: the last wait for any of several slots woke by an event
 	// (holders.go, waitAny).
 	recheck bool
+	// saidNoInotify: that wait had no inotify to wait with, and polls;
+	// logged once.
+	saidNoInotify bool
 }
 
 // busy says who is in the way: whom to report, and the lock to wait on:

@@ -330,12 +330,22 @@ type anyWait struct {
 // attempt. The kernel queues the close event just before it drops the
 // lock (__fput), so an attempt made on the event can find the lock still
 // there: after a wake by an event, the next wait also ends after
-// recheckAfter.
+// recheckAfter. Where no instance or watch can be had (the user's
+// fs.inotify limits, shared by all of its programs), the locks are
+// probed again after recheckAfter instead: a wait that costs wake-ups,
+// not one that fails.
 func (a *acquirer) waitAny(ctx context.Context, slots []int) error {
 	w, free, err := a.watchLives(slots)
 	defer w.close()
 	if err != nil || free {
 		return err
+	}
+	if w.in == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(recheckAfter):
+		}
+		return nil
 	}
 	if a.recheck {
 		w.in.SetReadDeadline(time.Now().Add(recheckAfter))
@@ -360,11 +370,12 @@ const recheckAfter = 100 * time.Millisecond
 // waited for.
 func (a *acquirer) watchLives(slots []int) (w anyWait, free bool, err error) {
 	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
+	if err == nil {
+		// Non-blocking: the runtime polls it.
+		w.in = os.NewFile(uintptr(in), "inotify")
+	} else if !a.pollInstead(err) {
 		return w, false, fmt.Errorf("filestore: waiting for %q: inotify: %w", a.key, err)
 	}
-	// Non-blocking: the runtime polls it.
-	w.in = os.NewFile(uintptr(in), "inotify")
 	for _, i := range slots {
 		sd, err := openSlot(a.kd, i, false)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -385,14 +396,37 @@ func (a *acquirer) watchLives(slots []int) (w anyWait, free bool, err error) {
 		// Through the descriptor: the very file opened, whatever its
 		// path has become since.
 		const events = unix.IN_CLOSE_NOWRITE | unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF
-		if _, err := unix.InotifyAddWatch(in, "/proc/self/fd/"+strconv.Itoa(fd), events); err != nil {
-			return w, false, fmt.Errorf("filestore: waiting for %q: watch %s: %w", a.key, sd.Join(liveFile), err)
+		if w.in != nil {
+			if _, err := unix.InotifyAddWatch(in, "/proc/self/fd/"+strconv.Itoa(fd), events); err != nil {
+				if !a.pollInstead(err) {
+					return w, false, fmt.Errorf("filestore: waiting for %q: watch %s: %w", a.key, sd.Join(liveFile), err)
+				}
+				go w.in.Close()
+				w.in = nil
+			}
 		}
 		if held, err := statefs.ProbeFD(fd, sd.Join(liveFile)); err != nil || !held {
 			return w, !held, err
 		}
 	}
 	return w, false, nil
+}
+
+// pollInstead reports whether err, of inotify_init1 or
+// inotify_add_watch, is a limit of the user's (fs.inotify's
+// max_user_instances or max_user_watches) or of the kernel's memory,
+// which the wait outlives by polling (said once).
+func (a *acquirer) pollInstead(err error) bool {
+	switch err {
+	case unix.EMFILE, unix.ENFILE, unix.ENOSPC, unix.ENOMEM:
+	default:
+		return false
+	}
+	if !a.saidNoInotify {
+		a.saidNoInotify = true
+		a.s.log.Warn("no inotify instance or watch to wait with (the user's fs.inotify limits); looking at the slots every 100ms instead", "key", a.key, "error", err)
+	}
+	return true
 }
 
 // close ends the wait: the instance first, so that closing the lives

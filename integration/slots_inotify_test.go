@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// exhaustInotify opens inotify instances until the kernel refuses one
+// (fs.inotify.max_user_instances, counted per user), prints how many it
+// got and why it stopped, and keeps them until killed.
+const exhaustInotify = `
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+while libc.inotify_init1(0o2000000) >= 0:
+    n += 1
+print(n, os.strerror(ctypes.get_errno()), flush=True)
+time.sleep(3600)
+`
+
+// M1, D84: a head waiter that may take any of several busy slots waits
+// on them through an inotify instance. A user whose instances are all in
+// use (128 by default, shared by every program of theirs: editors,
+// containers) still gets a slot once one is freed; before, the waiter
+// exited 125 ("inotify: too many open files") at once.
+func TestSlotsHeadWaitWithoutInotify(t *testing.T) {
+	u := addUser(t)
+	t.Parallel()
+	work := filepath.Join(sharedDir(t), "w")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(work, u.uid, u.gid); err != nil {
+		t.Fatal(err)
+	}
+	path := func(name string) string { return filepath.Join(work, name) }
+	run := func(name string, argv ...string) *exec.Cmd {
+		args := append([]string{"--dir", path("state"), "--log-level", "debug", "run", "--key", "pool", "--slots", "2", "--name", name, "--"}, argv...)
+		c := u.as(exec.Command(bin, args...))
+		c.Dir, c.Env = work, []string{"PATH=/usr/bin:/bin", "HOME=" + work}
+		log, err := os.Create(path(name + ".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { log.Close() })
+		c.Stdout, c.Stderr = log, log
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				b, _ := os.ReadFile(path(name + ".log"))
+				t.Logf("%s.log:\n%s", name, b)
+			}
+		})
+		return c
+	}
+	holder := `touch run.$0; while [ ! -e go ]; do sleep 0.01; done`
+	hs := []*exec.Cmd{run("h0", "sh", "-c", holder, "h0"), run("h1", "sh", "-c", holder, "h1")}
+	waitFile(t, path("run.h0"))
+	waitFile(t, path("run.h1"))
+
+	ex := u.as(exec.Command("/usr/bin/python3", "-c", exhaustInotify))
+	out, err := ex.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Process.Kill(); ex.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if f := strings.Fields(line); len(f) == 0 || f[0] == "0" || !strings.Contains(line, "Too many open files") {
+		t.Fatalf("could not use up the user's inotify instances: %q", line)
+	}
+
+	w := run("w", "touch", "w-ran")
+	if err := waitFor(func() bool {
+		b, _ := os.ReadFile(path("w.log"))
+		return strings.Contains(string(b), "waiting for the lease")
+	}); err != nil {
+		t.Fatal("the waiter never queued")
+	}
+	if err := os.WriteFile(path("go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range hs {
+		if code := exitOf(t, h); code != 0 {
+			t.Errorf("h%d exited %d", i, code)
+		}
+	}
+	if code := exitOf(t, w); code != 0 {
+		t.Errorf("the waiter exited %d, want 0 (it waits, with or without inotify)", code)
+	}
+	if _, err := os.Stat(path("w-ran")); err != nil {
+		t.Error("the waiter's command never ran")
+	}
+}
