@@ -95,11 +95,31 @@ func TestForkHopperNeverSurvives(t *testing.T) {
 // S2 (issue 26, point 10): a set-group-ID command, whose exec clears the
 // parent-death signal, still dies when its wrapper is SIGKILLed: a watcher
 // stands in. Before, it outlived the wrapper (9/9) until the next holder.
+// So does a script whose interpreter is set-group-ID, which the exec of
+// the script makes the process (before: it outlived the wrapper, 3/3).
 func TestSetIDCommandDiesWithItsWrapper(t *testing.T) {
-	t.Parallel()
+	t.Run("program", func(t *testing.T) {
+		t.Parallel()
+		setgid := setgidSleep(t)
+		setIDCommandDiesWithItsWrapper(t, setgid, setgid, "1000")
+	})
+	t.Run("interpreter", func(t *testing.T) {
+		t.Parallel()
+		tail := setgidCopy(t, "/usr/bin/tail")
+		script := filepath.Join(t.TempDir(), "script")
+		if err := os.WriteFile(script, []byte("#!"+tail+" -f\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		setIDCommandDiesWithItsWrapper(t, tail, script)
+	})
+}
+
+// setIDCommandDiesWithItsWrapper runs argv under a wrapper, waits for its
+// command to run exe, SIGKILLs the wrapper and waits for the command to
+// die.
+func setIDCommandDiesWithItsWrapper(t *testing.T, exe string, argv ...string) {
 	s := newSandbox(t)
-	setgid := setgidSleep(t)
-	c := s.fencerun("holder", "run", "--key", "k", "--cgroup", "off", "--", setgid, "1000")
+	c := s.fencerun("holder", append([]string{"run", "--key", "k", "--cgroup", "off", "--"}, argv...)...)
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	s.start(c)
 	var cmd int
@@ -110,13 +130,13 @@ func TestSetIDCommandDiesWithItsWrapper(t *testing.T) {
 			kids = append(kids, readPids(f)...)
 		}
 		for _, k := range kids {
-			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", k)); exe == setgid {
+			if e, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", k)); e == exe {
 				cmd = k
 			}
 		}
 		return cmd != 0
 	}); err != nil {
-		t.Fatal("the set-group-ID command never ran")
+		t.Fatalf("the command never ran %s", exe)
 	}
 	if err := c.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -127,9 +147,12 @@ func TestSetIDCommandDiesWithItsWrapper(t *testing.T) {
 }
 
 // setgidSleep is a copy of sleep, set-group-ID to nogroup.
-func setgidSleep(t *testing.T) string {
-	setgid := filepath.Join(t.TempDir(), "sleep-setgid")
-	b, err := os.ReadFile("/bin/sleep")
+func setgidSleep(t *testing.T) string { return setgidCopy(t, "/bin/sleep") }
+
+// setgidCopy is a copy of the program at path, set-group-ID to nogroup.
+func setgidCopy(t *testing.T, path string) string {
+	setgid := filepath.Join(t.TempDir(), filepath.Base(path)+"-setgid")
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -38,17 +39,51 @@ func init() {
 }
 
 // changesCredentials reports whether exec of path changes the credentials
-// of a process of this one's, and with them clears its Pdeathsig.
+// of a process of this one's, and with them clears its Pdeathsig: path is
+// such a program, or a script whose interpreter ("#!", followed as the
+// kernel does, up to 4 deep) is; the kernel takes the credentials from
+// the program it finally runs.
 func changesCredentials(path string) bool {
-	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
-		return false
+	for range 5 {
+		var st unix.Stat_t
+		if unix.Stat(path, &st) != nil {
+			return false
+		}
+		if st.Mode&unix.S_ISUID != 0 && int(st.Uid) != os.Geteuid() || st.Mode&unix.S_ISGID != 0 && int(st.Gid) != os.Getegid() {
+			return true
+		}
+		if _, err := unix.Getxattr(path, "security.capability", nil); err == nil && os.Geteuid() != 0 {
+			return true
+		}
+		var ok bool
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return false
+		}
+		if path, ok = interpreter(path); !ok {
+			return false
+		}
 	}
-	if st.Mode&unix.S_ISUID != 0 && int(st.Uid) != os.Geteuid() || st.Mode&unix.S_ISGID != 0 && int(st.Gid) != os.Getegid() {
-		return true
+	return false
+}
+
+// interpreter is the program that the "#!" line of the script at path
+// names, read as the kernel reads it (binfmt_script: the first 256
+// bytes, the name up to a blank or the line's end).
+func interpreter(path string) (string, bool) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return "", false
 	}
-	_, err := unix.Getxattr(path, "security.capability", nil)
-	return err == nil && os.Geteuid() != 0
+	defer unix.Close(fd)
+	var buf [256]byte
+	n, err := unix.Read(fd, buf[:])
+	if err != nil || n < 3 || string(buf[:2]) != "#!" {
+		return "", false
+	}
+	line, _, _ := strings.Cut(string(buf[2:n]), "\n")
+	name, _, _ := strings.Cut(strings.TrimLeft(line, " \t"), " ")
+	name, _, _ = strings.Cut(name, "\t")
+	return name, name != ""
 }
 
 // watcher is this process's end of a running watcher.

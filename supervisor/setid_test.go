@@ -88,3 +88,37 @@ func setgidCopy(t *testing.T, name string, content []byte) string {
 	}
 	return path
 }
+
+// changesCredentials follows a script's "#!" to its interpreter as the
+// kernel does: the credentials come from the program finally run.
+func TestChangesCredentialsThroughInterpreters(t *testing.T) {
+	setgid := setgidCopy(t, "setgid-true", nil)
+	dir := t.TempDir()
+	script := func(name, line string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(line+"\necho hi\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	one := script("one", "#!"+setgid+" -x")
+	two := script("two", "#! \t"+one)
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{setgid, true},
+		{one, true},
+		{two, true},
+		{script("plain", "#!/bin/sh"), false},
+		{script("none", "echo"), false},
+		{script("gone", "#!/nonexistent/interpreter"), false},
+		{script("loop", "#!"+filepath.Join(dir, "loop")), false},
+		{"/bin/true", false},
+		{dir, false},
+	} {
+		if got := changesCredentials(tc.path); got != tc.want {
+			t.Errorf("changesCredentials(%s) = %v, want %v", filepath.Base(tc.path), got, tc.want)
+		}
+	}
+}
