@@ -497,11 +497,16 @@ func (a *acquirer) take(ks keySlots, i int, c *unixsock.Claim, g int) (*Lease, e
 	if dead == nil {
 		dead = &store.Holder{Fence: st.rec.Fence} // pruned, or none
 	}
-	pred := store.PredecessorOf(dead, a.s.mark(next.Leftovers))
-	l := a.lease(t, pred, next, kept, left)
-	if pred != nil {
+	// Those another holder stops are theirs to record, ours to wait for.
+	beside := ks.stopping(st)
+	pred := store.PredecessorOf(dead, a.s.mark(store.PassOn(next.Leftovers, beside...)))
+	if len(next.Leftovers) > 0 {
 		a.s.log.Info("took over the lease of a dead holder", "key", a.key, "dead_pid", pred.PID, "dead_fence", pred.Fence, "fence", next.Fence)
 	}
+	if len(beside) > 0 {
+		a.s.log.Info("another holder of the key is stopping dead holders' leftovers; they are stopped before this command starts", "key", a.key, "trees", len(beside))
+	}
+	l := a.lease(t, pred, next, kept, left)
 	a.s.log.Debug("acquired", "key", a.key, "fence", next.Fence, "slot", l.Slot())
 	return l, nil
 }

@@ -14,6 +14,8 @@
 //     found dead alone; a dead one frees only its slot. --slots N takes the
 //     lowest free of N; shared holds never meet an exclusive one, which
 //     inherits every dead holder's leftovers; another kind is ErrSlots.
+//     A holder beside one that is stopping dead holders' leftovers stops
+//     them too before its command starts (keySlots.stopping).
 //   - S4: fences come from one counter per store under a durable
 //     reservation, above every slot record's: never repeated or lower
 //     across crashes, reboots, repairs and Prune (internal/statefs).

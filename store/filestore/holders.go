@@ -239,6 +239,23 @@ func (ks keySlots) maxFence() uint64 {
 	return n
 }
 
+// stopping is the dead holders' trees that live holders of slots other
+// than st are stopping: those their records carry as not confirmed
+// stopped. A holder that took a dead exclusive holder's slot stops its
+// tree before its own command starts, and so must every other holder
+// that takes a slot beside it meanwhile (a shared one, or one of another
+// slot): it stops them too, as the next holder would if that one died.
+// They stay in their holder's record only: it confirms them.
+func (ks keySlots) stopping(st *slotState) []store.Leftover {
+	var trees []store.Leftover
+	for _, o := range ks {
+		if o != st && !o.free {
+			trees = store.PassOn(trees, o.rec.Leftovers...)
+		}
+	}
+	return trees
+}
+
 // sameKind checks a claim of kind k and n slots against the key's live
 // holders (those with a record) and the waiter nearest ahead (M1, M2).
 func (ks keySlots) sameKind(k store.Kind, n int, next *queued) error {

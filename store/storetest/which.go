@@ -368,7 +368,9 @@ func testDeadSlotHolders(t *testing.T, b *Backend) {
 
 // The leftovers of an exclusive holder that died go to whoever takes the
 // key next, whatever its kind: a slot holder in slot 0, a shared holder
-// (S2, M3).
+// (S2, M3); and, until that one confirms them stopped, to every holder
+// that takes a slot beside it, which must not start its command beside
+// them either (S1, M2). Once confirmed, they are nobody's.
 func testDeadExclusive(t *testing.T, b *Backend) {
 	s, desc := b.New(t)
 	for _, c := range []store.Claim{b.slotClaim("slot", 2), b.sharedClaim("shared")} {
@@ -385,7 +387,21 @@ func testDeadExclusive(t *testing.T, b *Backend) {
 		if p := l.Predecessor(); p == nil || !slices.Contains(leftovers(p), marker) || l.Slot() != slot {
 			t.Errorf("the %s taker after a dead exclusive holder has slot %d, predecessor %+v; want slot %d, leftovers with %q", c.Name, l.Slot(), p, slot, marker)
 		}
-		release(t, l)
+		beside := acquire(t, s, key, c)
+		if p := beside.Predecessor(); p == nil || !slices.Contains(leftovers(p), marker) {
+			t.Errorf("the %s holder beside one that has not confirmed a dead exclusive holder's leftovers stopped has predecessor %+v; want them too, %q", c.Name, p, marker)
+		}
+		for _, l := range []store.Lease{l, beside} {
+			if err := l.LeftoversStopped(t.Context()); err != nil {
+				t.Fatalf("LeftoversStopped: %v", err)
+			}
+		}
+		release(t, beside)
+		again := acquire(t, s, key, c)
+		if p := again.Predecessor(); p != nil {
+			t.Errorf("the %s holder beside one that confirmed the leftovers stopped has predecessor %+v", c.Name, p)
+		}
+		releaseAll(t, l, again)
 	}
 }
 
