@@ -100,3 +100,35 @@ func TestSlotsHeadWaitWithoutInotify(t *testing.T) {
 		t.Error("the waiter's command never ran")
 	}
 }
+
+// As TestSlotsHeadWaitWithoutInotify, with an instance but room for one
+// watch only (max_inotify_watches 1, set in a user namespace of the
+// waiter's own): the second slot's watch fails with ENOSPC, and the wait
+// goes on without inotify.
+func TestSlotsHeadWaitWithoutInotifyWatches(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	s := newSandbox(t)
+	hs := s.startSlots("pool", 3)
+	w := s.fencerun("w", "run", "--key", "pool", "--slots", "3", "--", "touch", "w-ran")
+	limit := `echo 1 > /proc/sys/user/max_inotify_watches && exec "$@"`
+	w.Args = append([]string{"unshare", "-U", "-r", "sh", "-c", limit, "sh"}, w.Args...)
+	w.Path = "/usr/bin/unshare"
+	s.start(w)
+	s.waitMany("pool", 3, 1)
+	s.letGo("h1")
+	if code := exitOf(t, w); code != 0 {
+		t.Errorf("the waiter exited %d, want 0 (it waits, with or without inotify)", code)
+	}
+	if _, err := os.Stat(s.path("w-ran")); err != nil {
+		t.Error("the waiter's command never ran")
+	}
+	if b, _ := os.ReadFile(s.path("w.log")); !strings.Contains(string(b), "no inotify instance or watch") {
+		t.Errorf("the waiter waited with inotify: the test tested nothing:\n%s", b)
+	}
+	os.WriteFile(s.path("go"), nil, 0o600)
+	for _, c := range hs {
+		exitOf(t, c)
+	}
+	s.noBad()
+}
