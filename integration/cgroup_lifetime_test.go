@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/fencerun/fencerun/store/etcdstore/etcdtest"
 )
 
 // fencerunCgroups lists the cgroups fencerun made directly in cg.
@@ -135,6 +137,61 @@ func TestCgroupThatCannotBeMade(t *testing.T) {
 				}
 				if st := s.status("k"); st.State != "free" {
 					t.Errorf("key state %q after the failed run, want free", st.State)
+				}
+			})
+		}
+	}
+}
+
+// A wrapper SIGKILLed while its command runs leaves its command's cgroup:
+// the command dies of its parent-death signal, so the cgroup is empty, and
+// only whoever stops the dead holder's leftovers can remove it (a cron
+// job killed daily would otherwise leave one a day). The next holder of
+// the key, or prune once the key is free, removes it, on both backends;
+// the next holder's own cgroup goes with its normal exit.
+func TestKilledHoldersCgroupIsRemoved(t *testing.T) {
+	etcdtest.Need(t)
+	eps := etcdtest.Start(t, etcdtest.Options{}).Endpoints()
+	for _, backend := range []string{"file", "etcd"} {
+		for _, by := range []string{"next holder", "prune"} {
+			key := "killed-" + strings.ReplaceAll(by, " ", "-") // one etcd cluster for all
+			t.Run(backend+"/"+by, func(t *testing.T) {
+				t.Parallel()
+				s := newSandbox(t)
+				if backend == "etcd" {
+					s.env = append(s.env, "FENCERUN_ETCD="+eps)
+				}
+				cg := newTestCgroup(t)
+				c := s.fencerun("holder", "run", "--key", key, "--ttl", "2s", "--", "sh", "-c", "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 1000")
+				cg.start(t, c)
+				command := s.pids("pid")[0]
+				made := cg.fencerunCgroups(t)
+				if len(made) != 1 {
+					t.Fatalf("the holder's cgroups: %v, want one", made)
+				}
+				if err := c.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				exitOf(t, c)
+				waitGone(t, command)
+				if cg.populated(t) || len(cg.fencerunCgroups(t)) != 1 {
+					t.Fatalf("after the SIGKILL: %v left, processes %v; want the empty cgroup %s: the scenario did not happen", cg.fencerunCgroups(t), cg.procs(t), made[0])
+				}
+				switch by {
+				case "next holder":
+					if code := s.run("next", "run", "--key", key, "--", "true"); code != 0 {
+						t.Fatalf("next holder: exit %d", code)
+					}
+				case "prune":
+					if err := waitFor(func() bool { return s.status(key).State == "free" }); err != nil {
+						t.Fatal("the dead holder's lease never expired")
+					}
+					if code := s.run("prune", "prune"); code != 0 {
+						t.Fatalf("prune: exit %d", code)
+					}
+				}
+				if left := cg.fencerunCgroups(t); len(left) > 0 {
+					t.Errorf("after the %s: cgroups %v are left, want none (the dead holder's was %s)", by, left, made[0])
 				}
 			})
 		}

@@ -429,7 +429,7 @@ type Status struct {
 // Pruned is one thing Prune removed.
 type Pruned struct {
 	Key  string `json:"key,omitempty"`
-	What string `json:"what"` // "expired lease", "dead waiter", "temp file", "free key", "stale socket", "leftovers", "dead waiter's record" (etcd), "dead run's cgroup"
+	What string `json:"what"` // "expired lease", "dead waiter", "temp file", "free key", "stale socket", "leftovers", "dead waiter's record" (etcd)
 	Path string `json:"path,omitempty"`
 	// HolderPID and Count: for "leftovers", the dead holder and how many
 	// of its processes were stopped.

@@ -452,6 +452,21 @@ func StopTrees(ctx context.Context, trees []store.Leftover, cfg StopConfig) (n i
 	return n, elsewhere, nil
 }
 
+// Remain reports whether StopTrees has anything to do on this host: a
+// live process of a tree, or the cgroup of one, bound to its run, that
+// its command left empty when it died with its wrapper. Such a cgroup
+// goes only when a stopper removes it (stop), or it stays forever.
+func Remain(trees []store.Leftover) (bool, error) {
+	host, _ := os.Hostname()
+	for _, l := range trees {
+		if l.Cgroup != "" && (l.Host == "" || l.Host == host) && validCgroup(l.Cgroup) == nil && boundTo(l.Cgroup, l.Marker) {
+			return true, nil
+		}
+	}
+	n, err := CountTrees(trees)
+	return n > 0, err
+}
+
 // CountTrees counts the live processes of the trees that run on this host.
 func CountTrees(trees []store.Leftover) (int, error) {
 	n := 0

@@ -315,6 +315,10 @@ func (c *PruneCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Println("nothing to prune")
 	}
 	for _, p := range removed {
+		if p.What == "leftovers" && p.Count == 0 {
+			fmt.Printf("removed the empty cgroup of dead holder pid %d of %s (%s)\n", p.HolderPID, p.Key, p.Path)
+			continue
+		}
 		if p.What == "leftovers" {
 			fmt.Printf("stopped leftovers of %s: %d processes of dead holder pid %d\n", p.Key, p.Count, p.HolderPID)
 			continue
@@ -384,8 +388,9 @@ func forgetHistories(ctx context.Context, backend store.Store) ([]store.Pruned, 
 	return out, nil
 }
 
-// pruneLeftovers stops what dead holders left running on free keys, as
-// their next holder would: it takes each such key without waiting (a fence
+// pruneLeftovers stops what dead holders left running on free keys, and
+// removes the cgroups they left (empty ones too), as their next holder
+// would: it takes each such key without waiting (a fence
 // is used up), stops the trees, confirms them stopped and releases. A key
 // someone holds or waits for is left to that holder.
 func pruneLeftovers(ctx context.Context, backend store.Store, g *Globals) ([]store.Pruned, error) {
@@ -398,7 +403,7 @@ func pruneLeftovers(ctx context.Context, backend store.Store, g *Globals) ([]sto
 		if st.State != store.Free || len(st.Leftovers) == 0 || len(st.Waiters) > 0 {
 			continue
 		}
-		if n, _ := supervisor.CountTrees(st.Leftovers); n == 0 {
+		if left, _ := supervisor.Remain(st.Leftovers); !left {
 			continue
 		}
 		lease, _, err := backend.Acquire(ctx, st.Key, store.Claim{Name: "fencerun prune", TTL: 30 * time.Second})

@@ -46,7 +46,7 @@ func (CancelCmd) Help() string {
 
 // Help explains prune.
 func (PruneCmd) Help() string {
-	return `Removes what dead processes left: the lease records of holders that died and whose lease expired (their leftovers are still stopped by the next holder), queue entries of waiters that died, stray temporary files, the tick and notification sockets of runs that died without removing theirs (SIGKILL; on etcd their private directories in $TMPDIR), the empty cgroups of runs killed while they waited (in prune's own cgroup directory), and the state of free keys (nobody holding, waiting or left to stop: they leave list, and their next fencing token is still above every earlier one, since tokens are the store's). Never touches a live holder or waiter, nor a live run's socket. Prints what it removed (--json: an array of {key, what, path}).`
+	return `Removes what dead processes left: the lease records of holders that died and whose lease expired (their leftovers are still stopped by the next holder), queue entries of waiters that died, stray temporary files, the tick and notification sockets of runs that died without removing theirs (SIGKILL; on etcd their private directories in $TMPDIR), on a free key, the leftovers of holders that died (stopped as their next holder would stop them, and their cgroups removed, also those left empty), and the state of free keys (nobody holding, waiting or left to stop: they leave list, and their next fencing token is still above every earlier one, since tokens are the store's). Never touches a live holder or waiter, nor a live run's socket. Prints what it removed (--json: an array of {key, what, path}).`
 }
 
 // The usage lines (the real shape of each command line) and the examples
