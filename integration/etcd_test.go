@@ -54,7 +54,7 @@ func startLogged(t *testing.T, c *exec.Cmd, dir, name string) string {
 			// (that is the gap fencerun closes): kill its whole group.
 			syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 		}
-		c.Process.Kill()
+		endRun(c.Process)
 	})
 	return path
 }

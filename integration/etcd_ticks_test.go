@@ -89,4 +89,11 @@ func TestKilledEtcdRunsDoNotPileUpTickDirectories(t *testing.T) {
 	if len(socks) > 1 {
 		t.Errorf("%d entries of %d runs left in %s, want at most the last killed run's socket and binding", len(in), len(socks), ownTicks)
 	}
+	// The next holder stops the last killed run's leftovers and removes
+	// its cgroup, which nothing else would.
+	next := onEtcd(t, c.Endpoints(), "run", "--key", "killed", "--", "true")
+	next.Env = append(next.Env, "TMPDIR="+tmp)
+	if out, err := next.CombinedOutput(); err != nil {
+		t.Errorf("the next holder: %v\n%s", err, out)
+	}
 }

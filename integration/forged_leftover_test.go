@@ -85,7 +85,7 @@ func TestForgedEtcdLeftoverSparesAnotherUsersJob(t *testing.T) {
 	if err := job.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { job.Process.Kill(); job.Wait() })
+	t.Cleanup(func() { endRun(job.Process); job.Wait() })
 	tick := strings.TrimSpace(waitFile(t, filepath.Join(work, "tick")))
 	pid := readPids(waitPidFile(t, filepath.Join(work, "pid")))[0]
 	host, _ := os.Hostname()

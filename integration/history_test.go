@@ -124,7 +124,7 @@ func TestHistoryWaiterStartsWhenItHolds(t *testing.T) {
 			if err := h.Start(); err != nil {
 				t.Fatal(err)
 			}
-			defer h.Process.Kill()
+			defer endRun(h.Process)
 			if err := waitFor(func() bool { return strings.Contains(statusOut(t, b, "turns"), `"state": "held"`) }); err != nil {
 				t.Fatal("the holder never held")
 			}
@@ -132,7 +132,7 @@ func TestHistoryWaiterStartsWhenItHolds(t *testing.T) {
 			if err := w.Start(); err != nil {
 				t.Fatal(err)
 			}
-			defer w.Process.Kill()
+			defer endRun(w.Process)
 			if err := waitFor(func() bool { return strings.Contains(statusOut(t, b, "turns"), `"pid": `+strconv.Itoa(w.Process.Pid)) }); err != nil {
 				t.Fatal("the waiter never queued")
 			}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,6 +138,21 @@ func readPids(path string) []int {
 		}
 	}
 	return pids
+}
+
+// endRun ends a process the test leaves running as a user would, with
+// SIGTERM (and SIGCONT, should it be stopped): a fencerun then stops its
+// command's tree and removes the command's cgroup before it exits. A
+// SIGKILL leaves that cgroup to the key's next holder, which a finished
+// test never runs. What is still alive after the guard is SIGKILLed. The
+// caller may Wait after it; a process already waited for is left alone.
+func endRun(p *os.Process) {
+	if p == nil || p.Signal(syscall.SIGTERM) != nil {
+		return // never started, or waited for
+	}
+	_ = p.Signal(syscall.SIGCONT)
+	_ = waitFor(func() bool { return !alive(p.Pid) })
+	_ = p.Kill()
 }
 
 // exitOf waits for a started command and returns its exit code.

@@ -81,7 +81,7 @@ func TestMetrics(t *testing.T) {
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { c.Process.Kill(); c.Wait() }()
+		defer func() { endRun(c.Process); c.Wait() }()
 		if c == holder {
 			waitFile(t, filepath.Join(dir, "held"))
 		}

@@ -87,14 +87,14 @@ func TestNotifyWaiting(t *testing.T) {
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { holder.Process.Kill(); holder.Wait() }()
+	defer func() { endRun(holder.Process); holder.Wait() }()
 	waitFile(t, filepath.Join(dir, "held"))
 	m := newNotifyManager(t)
 	waiter := notifyRun(dir, m.Addr, "run", "--key", "sdw", "--wait", "1h", "--", "true")
 	if err := waiter.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { waiter.Process.Kill(); waiter.Wait() }()
+	defer func() { endRun(waiter.Process); waiter.Wait() }()
 	s := m.expect(t, waiter.Process.Pid, "STATUS=waiting")
 	for _, want := range []string{"STATUS=waiting for sdw: held by first (pid ", "position 1 of 1", "left"} {
 		if !strings.Contains(s, want) {
@@ -122,7 +122,7 @@ exec sleep 60`
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { run.Process.Kill(); run.Wait() }()
+	defer func() { endRun(run.Process); run.Wait() }()
 	if s := m.expect(t, run.Process.Pid, "STATUS=holding"); strings.Contains(s, "READY") {
 		t.Fatalf("fencerun said %q itself with --ready command", s)
 	}
@@ -155,7 +155,7 @@ func TestNotifyWatchdog(t *testing.T) {
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { run.Process.Kill(); run.Wait() }()
+	defer func() { endRun(run.Process); run.Wait() }()
 	for range 3 {
 		m.expect(t, run.Process.Pid, "WATCHDOG=1")
 	}

@@ -294,7 +294,7 @@ func TestOnceWaiterGivesUpWhenItsIDIsDone(t *testing.T) {
 				if err := c.Start(); err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+				t.Cleanup(func() { endRun(c.Process); c.Wait() })
 				return c
 			}
 			waiters := func(n int) {
@@ -315,7 +315,7 @@ func TestOnceWaiterGivesUpWhenItsIDIsDone(t *testing.T) {
 			if err := w.Start(); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { w.Process.Kill() })
+			t.Cleanup(func() { endRun(w.Process) })
 			waiters(2)
 			os.WriteFile(filepath.Join(dir, "h.go"), nil, 0o600) // x is done; y's run takes the key
 			exited := make(chan error, 1)

@@ -230,9 +230,12 @@ func (s *sandbox) survivors() []int {
 
 // cleanup reports and kills whatever the test left running: at the end of
 // a test every wrapper has exited, so by S2 nothing of any command may be
-// left. It shows the wrappers' logs of a failed test.
+// left. A wrapper left is ended with SIGTERM first, so that it removes
+// its command's cgroup (endRun); the rest is SIGKILLed. It shows the
+// wrappers' logs of a failed test.
 func (s *sandbox) cleanup() {
-	for _, pid := range s.survivors() {
+	left := s.survivors()
+	for _, pid := range left {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		msg := fmt.Sprintf("left behind: pid %d: %s", pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
 		if s.t.Failed() {
@@ -240,7 +243,16 @@ func (s *sandbox) cleanup() {
 		} else {
 			s.t.Error(msg)
 		}
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); filepath.Dir(exe) == filepath.Dir(bin) {
+			if p, err := os.FindProcess(pid); err == nil {
+				endRun(p)
+			}
+		}
+	}
+	for _, pid := range left {
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 	if s.t.Failed() {
 		for _, l := range slices.Compact(slices.Sorted(slices.Values(s.logs))) {
