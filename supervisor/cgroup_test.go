@@ -329,3 +329,46 @@ func TestPreparedCgroupThatCannotBeMade(t *testing.T) {
 		t.Errorf("a cgroup was made: %v", err)
 	}
 }
+
+// A dead holder's cgroup that its command left empty is something left to
+// stop (Remain), and stopping removes it, but only where it is bound to
+// the record's run: an unbound cgroup, or one bound to another run, is
+// neither counted nor removed (it may be a live run's, made a moment
+// before its command starts).
+func TestRemainCountsOnlyTheRecordsEmptyCgroup(t *testing.T) {
+	h := hierarchy(t)
+	e, other := newEnv(t), newEnv(t)
+	host, _ := os.Hostname()
+	for _, tc := range []struct {
+		name, bind string
+		remains    bool
+	}{{"bound", e.marker, true}, {"unbound", "", false}, {"another run's", other.marker, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := h.NewPath()
+			if err := os.Mkdir(path, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.Remove(path) })
+			if tc.bind != "" {
+				if err := bindCgroup(path, tc.bind); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l := []store.Leftover{{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: e.marker}}
+			if left, err := Remain(l); err != nil || left != tc.remains {
+				t.Errorf("Remain: %v, %v; want %v", left, err, tc.remains)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), guard)
+			defer cancel()
+			if _, _, err := StopTrees(ctx, l, StopConfig{Grace: 100 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(path); os.IsNotExist(err) != tc.remains {
+				t.Errorf("the cgroup after the stop: %v; want it removed only when bound to the record's run", err)
+			}
+			if left, _ := Remain(l); left {
+				t.Error("Remain after the stop: true, want false")
+			}
+		})
+	}
+}
