@@ -23,7 +23,10 @@
 //   - S2, S9: StopTrees stops a dead holder's tree as Stop would, on this
 //     host only, and signals only what proves it is the record's (a cgroup
 //     bound to its marker, the holder's session, a group with a marked
-//     process), never a reused pid (leftovers_linux.go).
+//     process), never a reused pid (leftovers_linux.go). It removes the
+//     tree's cgroup once empty, only where the binding proves it the
+//     record's; Remain says whether a tree left a live process or such a
+//     cgroup (its command died with its wrapper, leaving it empty).
 //   - S7: under a terminal the command's group has the foreground, given
 //     back at the end; job control makes the command and this process one
 //     job, and a stopped command runs again only once the lease is
