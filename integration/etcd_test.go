@@ -490,15 +490,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 
 	plain := etcdtest.Start(t, etcdtest.Options{})
 	peps := plain.Endpoints()
-	for _, args := range [][]string{
-		{"user", "add", "root:rootpw"}, {"user", "add", "fr-etcd-u:upw"}, {"role", "add", "fr-etcd-r"},
-		{"role", "grant-permission", "fr-etcd-r", "--from-key", "readwrite", "0"}, // every key and side key
-		{"user", "grant-role", "fr-etcd-u", "fr-etcd-r"}, {"auth", "enable"},
-	} {
-		if out, err := etcdctl(peps, args...).CombinedOutput(); err != nil {
-			t.Fatalf("etcdctl %v: %v\n%s", args, err, out)
-		}
-	}
+	enableAuth(t, peps, "fr-etcd-u", "fr-etcd-r")
 	good := onEtcd(t, peps, "--user", "fr-etcd-u", "--password", "upw", "run", "--key", "auth", "--", "true")
 	if out, err := good.CombinedOutput(); err != nil {
 		t.Errorf("run with a user: %v\n%s", err, out)
@@ -511,6 +503,22 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 	expectE6(t, wrong, peps, "authentication failed")
 	none := onEtcd(t, peps, "run", "--key", "auth", "--", "true")
 	expectE6(t, none, peps, "give --user")
+}
+
+// enableAuth enables authentication on the cluster at eps, with the user
+// root (password rootpw), and user (password upw) in role, which may read
+// and write every key.
+func enableAuth(t *testing.T, eps, user, role string) {
+	t.Helper()
+	for _, args := range [][]string{
+		{"user", "add", "root:rootpw"}, {"user", "add", user + ":upw"}, {"role", "add", role},
+		{"role", "grant-permission", role, "--from-key", "readwrite", "0"}, // every key and side key
+		{"user", "grant-role", user, role}, {"auth", "enable"},
+	} {
+		if out, err := etcdctl(eps, args...).CombinedOutput(); err != nil {
+			t.Fatalf("etcdctl %v: %v\n%s", args, err, out)
+		}
+	}
 }
 
 // expectE6 runs c and checks E6: exit 125 naming the endpoint and the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/store"
@@ -546,6 +549,24 @@ type unanswered struct{ err error }
 
 func (u unanswered) Error() string { return u.err.Error() }
 
+// failTake is the error of a wait's call that failed (what it did): an
+// unanswered one, which the wait asks again, when the cluster did not
+// answer; else (a permission refused, a full database) the failure
+// itself, which no retry mends (E6).
+func (s *Store) failTake(what string, err error) error {
+	failed := s.fail(what, err)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrGRPCNoLeader):
+		return unanswered{failed}
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Canceled:
+		return unanswered{failed}
+	}
+	return failed
+}
+
 // retryBreath is the pause before a wait reads again after the cluster
 // did not answer, so that one without a leader is not hammered.
 const retryBreath = 100 * time.Millisecond
@@ -698,7 +719,7 @@ func (a *acquirer) take(ctx context.Context) (*Lease, *mvccpb.KeyValue, error) {
 		return nil, nil, fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
 	}
 	if err != nil {
-		return nil, nil, unanswered{s.fail("take "+a.myKey, err)}
+		return nil, nil, s.failTake("take "+a.myKey, err)
 	}
 	if resp.Succeeded {
 		if kerr != nil {
@@ -752,7 +773,7 @@ func (a *acquirer) noTerm(kerr error) error {
 	if errors.Is(kerr, rpctypes.ErrLeaseNotFound) {
 		return a.s.fail("keep the lease alive", kerr)
 	}
-	return unanswered{a.s.fail("keep the lease alive", kerr)}
+	return a.s.failTake("keep the lease alive", kerr)
 }
 
 // mine is the compare that the contender key is still there with its

@@ -351,7 +351,7 @@ func (a *acquirer) takeMany(ctx context.Context) (*Lease, next, error) {
 		return nil, next{}, fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
 	}
 	if err != nil {
-		return nil, next{}, unanswered{a.s.fail("take "+a.myKey, err)}
+		return nil, next{}, a.s.failTake("take "+a.myKey, err)
 	}
 	if !resp.Succeeded {
 		return nil, next{}, a.waitedOut()
@@ -411,7 +411,7 @@ func (a *acquirer) claimSlot(ctx context.Context, slots []*mvccpb.KeyValue, rev 
 		case err != nil && ctx.Err() != nil:
 			return nil, next{}, fmt.Errorf("etcdstore: waiting for %q: %w", a.key, context.Cause(ctx))
 		case err != nil:
-			return nil, next{}, unanswered{a.s.fail("claim "+slotKey(a.key, i), err)}
+			return nil, next{}, a.s.failTake("claim "+slotKey(a.key, i), err)
 		case resp.Succeeded:
 			a.slot, a.desc = i, d
 			l, _, err := a.held(resp.Header.Revision, resp.Responses[2].GetResponseRange().Kvs, resp.Responses[3].GetResponseRange().Kvs)
