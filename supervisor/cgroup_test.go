@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/fencerun/fencerun/internal/boottime"
 	"github.com/fencerun/fencerun/store"
 )
@@ -370,5 +372,41 @@ func TestRemainCountsOnlyTheRecordsEmptyCgroup(t *testing.T) {
 				t.Error("Remain after the stop: true, want false")
 			}
 		})
+	}
+}
+
+// Two holders may stop one dead holder's tree at once (a holder beside
+// the one that took the dead one's slot: store/filestore, stopping). The
+// one that finds it gone first removes its cgroup; the other, which had
+// opened the cgroup before, must take that for "gone", not fail: it used
+// to fail opening cgroup.events, and its run exited 125 (the chaos test).
+func TestLeftoverCgroupRemovedByAnotherStopper(t *testing.T) {
+	h := hierarchy(t)
+	e := newEnv(t)
+	path := h.NewPath()
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(path) })
+	if err := bindCgroup(path, e.marker); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	l := store.Leftover{HolderPID: 1 << 22, Host: host, Cgroup: path, Marker: e.marker}
+	tree, err := findLeftovers(l, hclog.NewNullLogger(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.close()
+	if tree.cg == nil {
+		t.Fatal("the dead holder's cgroup was not opened: the scenario did not happen")
+	}
+	if err := os.Remove(path); err != nil { // the other stopper's removal
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if err := tree.stop(ctx, StopConfig{Grace: time.Second}.withDefaults()); err != nil {
+		t.Errorf("stopping a tree whose cgroup another stopper removed: %v", err)
 	}
 }

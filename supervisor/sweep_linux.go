@@ -2,7 +2,9 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -73,7 +75,13 @@ func (s *sweep) run() error {
 		// with its tree leaves the cgroup empty, and then the sweep is
 		// over without one (a timerfd, two goroutines: P2).
 		var err error
-		if events, err = s.cg.openEvents(); err != nil {
+		events, err = s.cg.openEvents()
+		if errors.Is(err, fs.ErrNotExist) {
+			// Removed since it was opened (by another stopper of a dead
+			// holder's tree), which only an empty cgroup can be.
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		defer unix.Close(events)
