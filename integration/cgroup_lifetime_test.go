@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,6 +166,14 @@ func TestKilledHoldersCgroupIsRemoved(t *testing.T) {
 				c := s.fencerun("holder", "run", "--key", key, "--ttl", "2s", "--", "sh", "-c", "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 1000")
 				cg.start(t, c)
 				command := s.pids("pid")[0]
+				// Once it is sleep, its mv is reaped: the SIGKILL then
+				// leaves no process of the tree that ends by itself.
+				if err := waitFor(func() bool {
+					comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", command))
+					return string(comm) == "sleep\n"
+				}); err != nil {
+					t.Fatal("the command never exec'd sleep")
+				}
 				made := cg.fencerunCgroups(t)
 				if len(made) != 1 {
 					t.Fatalf("the holder's cgroups: %v, want one", made)
