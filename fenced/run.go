@@ -469,7 +469,7 @@ func stopLeftovers(ctx context.Context, cfg *Config, lease store.Lease, log hclo
 			"(prune there stops them; prune --forget-host HOST forgets a host gone for good)", "hosts", byHost(elsewhere))
 	}
 	if err := lease.LeftoversStopped(ctx); err != nil {
-		log.Warn("could not record that the leftovers are gone; the next holder will look again", "error", err)
+		log.Warn("could not record yet that the leftovers are gone; the release records it, else the next holder looks again", "error", err)
 	}
 	return nil
 }

@@ -56,8 +56,11 @@ type Lease struct {
 	live     int
 	version  uint64 // of the record as this lease last wrote it
 	released bool
-	cmd      *holderRecord // the command's pid, group and session, for the next write (SetCommand)
-	cgroup   bool          // the claim named a cgroup
+	// leftoversGone: LeftoversStopped was called; the release forgets
+	// the record's leftovers too.
+	leftoversGone bool
+	cmd           *holderRecord // the command's pid, group and session, for the next write (SetCommand)
+	cgroup        bool          // the claim named a cgroup
 	// cmdWritten: a write carried cmd; cmdTimer writes it otherwise.
 	cmdWritten bool
 	cmdTimer   *time.Timer
@@ -146,7 +149,16 @@ func copyHolder(h *store.Holder) *store.Holder {
 }
 
 // LeftoversStopped forgets the predecessors' leftovers (see store.Lease).
+// A lease revoked meanwhile cannot write its record, but its release
+// still can (a revoked holder acknowledges its revocation): it forgets
+// them then. Else a holder revoked each time before it could say so
+// would pass on a longer list each time, which each next holder takes
+// longer to stop, and under steady revocations none would ever start its
+// command (seen in the chaos test).
 func (l *Lease) LeftoversStopped(ctx context.Context) error {
+	l.mu.Lock()
+	l.leftoversGone = true
+	l.mu.Unlock()
 	// Every tree is this host's (Store.mark), whatever host it names.
 	return l.update(ctx, func(r *record) { r.Leftovers = nil })
 }
@@ -449,6 +461,9 @@ func (l *Lease) release(ctx context.Context, id string) error {
 	case rec.Token == l.token, rec.Revoked && rec.Holder != nil && rec.Fence == l.fence:
 		// Leftovers not confirmed stopped stay for the next holder.
 		free := record{Fence: rec.Fence, Version: rec.Version + 1, Leftovers: rec.Leftovers}
+		if l.leftoversGone {
+			free.Leftovers = nil // confirmed, after a revocation (LeftoversStopped)
+		}
 		werr = l.sd.WriteSlottedFD(fd, leaseFile, cur, free.marshal(), false)
 		if rec.Token == l.token { // a revoked holding's end is the revoker's (history.go)
 			if herr := historyEnded(l.kd, rec.Holder, l.fence, l.s.now(), l.ended()); herr != nil {
