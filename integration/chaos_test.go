@@ -44,6 +44,11 @@ var chaosBodies = []string{
 	`sleep 0.02`,
 }
 
+// chaosStubborn is a body whose leftover ignores the stop signal: its
+// stopper waits out the grace, and a holder that started beside that
+// stopper meanwhile (it once did) finds its check lock taken.
+const chaosStubborn = `(trap "" TERM; exec sleep 1000) & sleep 0.2`
+
 // chaosExits are the exit codes a wrapper may end with under chaos: the
 // commands' own 0, 75 when --wait ran out or -n found the key busy, 76 when
 // the fence broke (revoked, or stopped past its TTL), 137 when SIGKILLed.
@@ -58,6 +63,7 @@ type chaos struct {
 	began   time.Time
 	ttl     string       // of every wrapper's lease
 	kind    string       // chaosConfig.kind
+	bodies  []string     // chaosBodies, and chaosStubborn if asked
 	allowed map[int]bool // exits the chaos may cause
 
 	mu      sync.Mutex
@@ -98,7 +104,7 @@ func chaosSeed(t *testing.T) uint64 {
 
 func TestChaos(t *testing.T) {
 	t.Parallel()
-	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}})
+	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}, stubborn: true})
 }
 
 // The chaos on a key of --slots 2 (M1, M3): a check lock a slot, which a
@@ -106,7 +112,7 @@ func TestChaos(t *testing.T) {
 // stopped them; the final run, exclusive, stops every slot's.
 func TestChaosSlots(t *testing.T) {
 	t.Parallel()
-	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}, kind: "slots"})
+	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}, kind: "slots", stubborn: true})
 }
 
 // The chaos on shared and exclusive holders of one key (M2): the check
@@ -114,7 +120,7 @@ func TestChaosSlots(t *testing.T) {
 // holder, or beside one's leftovers, is an OVERLAP.
 func TestChaosShared(t *testing.T) {
 	t.Parallel()
-	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}, kind: "shared"})
+	runChaos(t, chaosConfig{ttl: "1s", final: []string{"-n"}, kind: "shared", stubborn: true})
 }
 
 // chaosConfig is what differs between backends: the leases' TTL, how the
@@ -129,6 +135,9 @@ type chaosConfig struct {
 	// kind is "" for exclusive holds, "slots" for --slots 2, "shared"
 	// for shared and exclusive holds at random.
 	kind string
+	// stubborn adds chaosStubborn to the bodies (the etcd run, whose
+	// stopped trees' sessions and TTLs differ, goes without it).
+	stubborn bool
 }
 
 func runChaos(t *testing.T, cfg chaosConfig) {
@@ -140,7 +149,10 @@ func runChaos(t *testing.T, cfg chaosConfig) {
 	// A replay repeats the choices, not the timing of the processes.
 	t.Logf("chaos for %v, seed %d (replay the choices with FENCERUN_CHAOS_SEED=%d)", d, seed, seed)
 	c := &chaos{s: newSandbox(t), t: t, began: time.Now(), ttl: cfg.ttl, kind: cfg.kind, allowed: maps.Clone(chaosExits),
-		running: map[int]*exec.Cmd{}, stopped: map[int]bool{}, exits: map[int]int{}, actions: map[string]int{}}
+		running: map[int]*exec.Cmd{}, stopped: map[int]bool{}, exits: map[int]int{}, actions: map[string]int{}, bodies: chaosBodies}
+	if cfg.stubborn {
+		c.bodies = append(slices.Clone(chaosBodies), chaosStubborn)
+	}
 	if err := os.Mkdir(c.s.path("logs"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +214,7 @@ func (c *chaos) slot(rng *rand.Rand, key string, deadline time.Time, d time.Dura
 			args = append(args, "--shared")
 			check = chaosCheck("check.lock", "-s")
 		}
-		body := chaosBodies[rng.IntN(len(chaosBodies))]
+		body := c.bodies[rng.IntN(len(c.bodies))]
 		c.runWrapper(append(args, "--", "sh", "-c", check+body))
 		// Pacing, so that -n runs on a busy key do not spin.
 		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
