@@ -18,15 +18,13 @@
 //     other process of the tree is gone, leftovers of a command that exited
 //     by itself stopped first. Stop sends the stop signal, SIGCONT, and
 //     SIGKILL at the end of the grace, on Config.Clock (CLOCK_BOOTTIME, S3).
-//     The direct child dies with this process (Pdeathsig, or a watcher for
-//     a set-user-ID program: deathwatch_linux.go).
+//     The direct child dies with this process (Pdeathsig, or for a set-id
+//     program or script a watcher: deathwatch_linux.go).
 //   - S2, S9: StopTrees stops a dead holder's tree as Stop would, on this
-//     host only, and signals only what proves it is the record's (a cgroup
+//     host only, signalling only what proves it the record's (a cgroup
 //     bound to its marker, the holder's session, a group with a marked
-//     process), never a reused pid (leftovers_linux.go). It removes the
-//     tree's cgroup once empty, only where the binding proves it the
-//     record's; Remain says whether a tree left a live process or such a
-//     cgroup (its command died with its wrapper, leaving it empty).
+//     process), never a reused pid, and removes such a cgroup once empty
+//     (leftovers_linux.go); Remain says whether a tree left either.
 //   - S7: under a terminal the command's group has the foreground, given
 //     back at the end; job control makes the command and this process one
 //     job, and a stopped command runs again only once the lease is
