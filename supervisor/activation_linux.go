@@ -41,11 +41,11 @@ func activated(env []string) bool {
 }
 
 // viaTrampoline is the path and argv that run the trampoline for the
-// command path with argv: listen says whether to set LISTEN_PID, watch
-// is the descriptor of the death watcher's pipe in the command's process,
-// and report that of the pipe for a failed exec's errno (each or -1).
-func viaTrampoline(path string, argv []string, listen bool, watch, report int) (string, []string) {
-	jobs := "watch=" + strconv.Itoa(watch) + ",report=" + strconv.Itoa(report)
+// command path with argv: listen says whether to set LISTEN_PID, and
+// watch is the descriptor of the death watcher's pipe in the command's
+// process, or -1.
+func viaTrampoline(path string, argv []string, listen bool, watch int) (string, []string) {
+	jobs := "watch=" + strconv.Itoa(watch)
 	if listen {
 		jobs += ",listen"
 	}
@@ -57,13 +57,7 @@ func viaTrampoline(path string, argv []string, listen bool, watch, report int) (
 // exit code.
 func trampoline(jobs, path string, argv []string) int {
 	env := os.Environ()
-	report := -1
 	for job := range strings.SplitSeq(jobs, ",") {
-		if fd, ok := strings.CutPrefix(job, "report="); ok {
-			// Left close-on-exec (findInherited): the exec closes it.
-			report, _ = strconv.Atoi(fd)
-			inherited = slices.DeleteFunc(inherited, func(i int) bool { return i == report })
-		}
 		if fd, ok := strings.CutPrefix(job, "watch="); ok && fd != "-1" {
 			if err := tellWatcher(fd); err != nil {
 				fmt.Fprintf(os.Stderr, "fencerun: the death watcher: %v\n", err)
@@ -86,10 +80,7 @@ func trampoline(jobs, path string, argv []string) int {
 		}
 	}
 	err := syscall.Exec(path, argv, env)
-	errno, _ := err.(syscall.Errno)
-	if report < 0 || errno == 0 || !tellParent(report, errno) {
-		fmt.Fprintf(os.Stderr, "fencerun: %s: %v\n", path, err)
-	}
+	fmt.Fprintf(os.Stderr, "fencerun: %s: %v\n", path, err)
 	// The trampoline is a process of its own and exits by itself: with the
 	// codes of SPEC.md that the parent gives for the same failure of its
 	// fork (Process.fork). The path was found (LookPath), so an ENOENT
@@ -117,11 +108,4 @@ func tellWatcher(fd string) error {
 	}
 	_, err = unix.Write(n, fmt.Appendf(nil, "%d %d\n", q.pid, q.start))
 	return err
-}
-
-// tellParent writes errno to the report pipe at descriptor fd: the
-// parent fails to start the command with it (Process.execFailed).
-func tellParent(fd int, errno syscall.Errno) bool {
-	_, err := unix.Write(fd, []byte(strconv.Itoa(int(errno))))
-	return err == nil
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -67,12 +66,9 @@ type Process struct {
 	tty        int // the controlling terminal, or -1
 	cg         *cgroup
 	clock      boottime.Clock
-	foreign    bool     // /proc is another pid namespace's: see pidns_linux.go
-	watch      *watcher // stands in for Pdeathsig, which the exec clears; or nil
-	// report: the pipe on which the trampoline tells of its exec's
-	// failure (execVia); nil without the trampoline.
-	report  *reportPipe
-	allGone chan struct{} // foreign: no child is left
+	foreign    bool          // /proc is another pid namespace's: see pidns_linux.go
+	watch      *watcher      // stands in for Pdeathsig, which the exec clears; or nil
+	allGone    chan struct{} // foreign: no child is left
 
 	exited chan struct{} // the direct child exited
 	reap   chan struct{} // Wait: the tree is gone, reap the direct child
@@ -286,8 +282,7 @@ func (p *Process) fork(path string, argv, env []string) error {
 // execVia is the path and argv the child execs: the command's own, or the
 // trampoline's (activation_linux.go) when the command is socket-activated
 // or its exec clears its Pdeathsig; then a watcher stands in, and its
-// pipe's write end is added to attr's files for the trampoline, as is
-// that of the pipe on which the trampoline reports a failed exec.
+// pipe's write end is added to attr's files for the trampoline.
 func (p *Process) execVia(path string, argv []string, attr *syscall.ProcAttr) (string, []string) {
 	if !p.foreign && changesCredentials(path) {
 		var err error
@@ -295,80 +290,26 @@ func (p *Process) execVia(path string, argv []string, attr *syscall.ProcAttr) (s
 			p.log.Warn("the command's exec clears its Pdeathsig, and no watcher stands in", "error", err)
 		}
 	}
-	listen := activated(attr.Env)
-	if !listen && p.watch == nil {
+	listen, watch := activated(attr.Env), -1
+	if p.watch != nil {
+		// At its own number where that is free in the command's table
+		// (a number below the highest inherited one that is not
+		// inherited): the fork need not move it, which under an
+		// open-file limit just above that descriptor (descriptorsFit)
+		// it could not.
+		fd := p.watch.w.Fd()
+		if watch = int(fd); watch < len(attr.Files) && attr.Files[watch] == ^uintptr(0) {
+			attr.Files[watch] = fd
+		} else {
+			watch = len(attr.Files)
+			attr.Files = append(attr.Files, fd)
+		}
+	}
+	if !listen && watch < 0 {
 		return path, argv
 	}
-	watch, report := -1, -1
-	if p.watch != nil {
-		watch = passFd(attr, p.watch.w.Fd())
-	}
-	if r, w, err := os.Pipe(); err == nil {
-		p.report = &reportPipe{r: r, w: w}
-		report = passFd(attr, w.Fd())
-	}
-	return viaTrampoline(path, argv, listen, watch, report)
+	return viaTrampoline(path, argv, listen, watch)
 }
-
-// passFd adds fd to attr's files for the trampoline, and returns its
-// number there: its own where that is free in the command's table (a
-// number below the highest inherited one that is not inherited), so the
-// fork need not move it, which under an open-file limit just above that
-// descriptor (descriptorsFit) it could not; else the next one.
-func passFd(attr *syscall.ProcAttr, fd uintptr) int {
-	if n := int(fd); n < len(attr.Files) && attr.Files[n] == ^uintptr(0) {
-		attr.Files[n] = fd
-		return n
-	}
-	attr.Files = append(attr.Files, fd)
-	return len(attr.Files) - 1
-}
-
-// reportPipe is the pipe on which the trampoline writes the errno of its
-// failed exec of the command; a successful one closes it (close-on-exec).
-type reportPipe struct{ r, w *os.File }
-
-// execFailed waits for the trampoline, child pid, to exec the command or
-// fail to: then it reaps it and returns the exec's error, as a failed
-// fork and exec of the command itself returns it. A trampoline stopped
-// before its exec (a Ctrl-Z in the foreground it was given) is not waited
-// for: job control handles its stop as it does the command's, and a
-// failure after it is the trampoline's exit status (126).
-func (p *Process) execFailed(pid int) error {
-	p.report.w.Close()
-	defer p.report.r.Close()
-	var b []byte
-	buf := make([]byte, 16)
-	for {
-		p.report.r.SetReadDeadline(time.Now().Add(execCheck))
-		n, err := p.report.r.Read(buf)
-		b = append(b, buf[:n]...)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if q, err := readProc(pid); err == nil && (q.state == 'T' || q.state == 't') {
-				return nil
-			}
-		} else if err != nil {
-			break // the end of file: it exec'd, or failed and said why
-		}
-	}
-	n, err := strconv.Atoi(string(b))
-	if err != nil || n <= 0 {
-		return nil // it ran the command (or died first: the reaping tells)
-	}
-	var ws syscall.WaitStatus
-	for {
-		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
-			break
-		}
-	}
-	reg.mu.Lock()
-	delete(reg.procs, pid)
-	reg.mu.Unlock()
-	return syscall.Errno(n)
-}
-
-// execCheck is how often execFailed looks whether the trampoline stopped.
-const execCheck = 50 * time.Millisecond
 
 // run starts the child and reaps it. Pdeathsig fires when the thread that
 // forked the child ends, not the process (go.dev/issue/27505), so this
@@ -389,14 +330,6 @@ func (p *Process) run(path string, argv []string, attr *syscall.ProcAttr, starte
 		reg.procs[pid] = p
 	}
 	reg.mu.Unlock()
-	if p.report != nil {
-		if err != nil {
-			p.report.w.Close()
-			p.report.r.Close()
-		} else {
-			err = p.execFailed(pid)
-		}
-	}
 	started <- err
 	if err != nil {
 		return

@@ -2,15 +2,10 @@ package supervisor
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // A set-id command starts through the trampoline with the death watcher's
@@ -124,110 +119,6 @@ func TestChangesCredentialsThroughInterpreters(t *testing.T) {
 	} {
 		if got := changesCredentials(tc.path); got != tc.want {
 			t.Errorf("changesCredentials(%s) = %v, want %v", filepath.Base(tc.path), got, tc.want)
-		}
-	}
-}
-
-// A set-id command that execve refuses fails to start as the same
-// command without its set-group-ID bit does: an *ExecError from Start
-// (which fencerun reports in its own log format, and records as "not
-// started"), not a started process that exits 126 after the trampoline
-// printed the error in a format of its own.
-func TestSetIDCommandExecFailureIsAnExecError(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		content string
-		cause   error
-	}{
-		{"not a program", "\x00\x01\x02 not a program\n", syscall.ENOEXEC},
-		{"no interpreter", "#!/nonexistent/interpreter\n", syscall.ENOENT},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			path := setgidCopy(t, "setgid", []byte(tc.content))
-			p, err := start(Config{Argv: []string{path}, Env: os.Environ()})
-			if err == nil {
-				st := wait(t, p)
-				t.Fatalf("Start: started, status %+v; want an *ExecError", st)
-			}
-			var ee *ExecError
-			if !errors.As(err, &ee) || ee.Failure != NotExecutable || !errors.Is(err, tc.cause) {
-				t.Errorf("Start: %v; want an *ExecError, not executable, of %v", err, tc.cause)
-			}
-		})
-	}
-}
-
-// Start waits for the trampoline's exec, to report its failure
-// (execFailed), but not for a trampoline stopped before it (a Ctrl-Z in
-// the foreground it was given): job control handles that stop, as it
-// does the command's; Start stuck until a SIGCONT that nobody could send
-// from that terminal would hang the run. The stop is sent as soon as the
-// trampoline is seen, which is before its exec nearly always; a run that
-// saw it too late tested nothing and is tried again.
-func TestSetIDCommandStoppedBeforeItsExec(t *testing.T) {
-	setgid := setgidCopy(t, "setgid-true", nil)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for try := 0; try < 20; try++ {
-		started := make(chan error, 1)
-		var p *Process
-		go func() {
-			var err error
-			p, err = start(Config{Argv: []string{setgid}, Env: os.Environ()})
-			started <- err
-		}()
-		k := stopTrampoline(t, started)
-		if k == 0 {
-			if err := <-started; err != nil {
-				t.Fatal(err)
-			}
-			wait(t, p)
-			continue // it exec'd before it was seen
-		}
-		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", k))
-		select {
-		case err := <-started:
-			syscall.Kill(k, syscall.SIGCONT)
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(guard):
-			syscall.Kill(k, syscall.SIGCONT)
-			t.Fatalf("Start did not return while the trampoline (pid %d) was stopped", k)
-		}
-		wait(t, p)
-		if exe == self {
-			return // stopped before its exec, and Start returned
-		}
-	}
-	t.Skip("the trampoline was never stopped before its exec in 20 tries")
-}
-
-// stopTrampoline SIGSTOPs this process's child that runs as the
-// trampoline as soon as it sees it, and returns its pid; 0 once started
-// said that Start returned without one seen.
-func stopTrampoline(t *testing.T, started chan error) int {
-	t.Helper()
-	for {
-		tasks, _ := filepath.Glob("/proc/self/task/*/children")
-		for _, f := range tasks {
-			b, _ := os.ReadFile(f)
-			for _, s := range strings.Fields(string(b)) {
-				k, _ := strconv.Atoi(s)
-				cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", k))
-				if strings.HasPrefix(string(cmd), trampolineName+"\x00") {
-					syscall.Kill(k, syscall.SIGSTOP)
-					return k
-				}
-			}
-		}
-		select {
-		case err := <-started:
-			started <- err
-			return 0
-		default:
 		}
 	}
 }
