@@ -132,3 +132,40 @@ func TestSlotsHeadWaitWithoutInotifyWatches(t *testing.T) {
 	}
 	s.noBad()
 }
+
+// M1, D84: a head waiter without /proc (a mount namespace that has none,
+// as a pid namespace without its own may be) cannot watch the
+// slots through /proc/self/fd; it looks at them every 100 ms instead, and
+// takes a freed slot. Before, it exited 125 ("watch .../live: no such
+// file or directory").
+func TestSlotsHeadWaitWithoutProc(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	// A short state path: a socket path too long for sockaddr_un is bound
+	// through /proc (internal/unixsock), which this waiter has not.
+	short, err := os.MkdirTemp("", "np")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(short) })
+	s.state = short
+	hs := s.startSlots("pool", 2)
+	w := s.fencerun("w", "run", "--key", "pool", "--slots", "2", "--name", "w", "--wait", "1m", "--", "touch", "w.ran")
+	w.Args = append([]string{"unshare", "-m", "sh", "-c", `umount -l /proc && exec "$@"`, "sh"}, w.Args...)
+	w.Path = "/usr/bin/unshare"
+	s.start(w)
+	s.waitMany("pool", 2, 1)
+	s.letGo("h0")
+	if code := exitOf(t, hs[0]); code != 0 {
+		t.Errorf("h0 exited %d", code)
+	}
+	if code := exitOf(t, w); code != 0 {
+		t.Errorf("the waiter without /proc exited %d, want 0", code)
+	}
+	if _, err := os.Stat(s.path("w.ran")); err != nil {
+		t.Errorf("the waiter's command never ran: %v", err)
+	}
+	s.letGo("h1")
+	exitOf(t, hs[1])
+	s.noBad()
+}

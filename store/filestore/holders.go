@@ -431,17 +431,18 @@ func (a *acquirer) watchLives(slots []int) (w anyWait, free bool, err error) {
 
 // pollInstead reports whether err, of inotify_init1 or
 // inotify_add_watch, is a limit of the user's (fs.inotify's
-// max_user_instances or max_user_watches) or of the kernel's memory,
-// which the wait outlives by polling (said once).
+// max_user_instances or max_user_watches) or of the kernel's memory, or
+// the want of /proc (a pid namespace without its own; ENOENT), which the
+// wait outlives by polling (said once).
 func (a *acquirer) pollInstead(err error) bool {
 	switch err {
-	case unix.EMFILE, unix.ENFILE, unix.ENOSPC, unix.ENOMEM:
+	case unix.EMFILE, unix.ENFILE, unix.ENOSPC, unix.ENOMEM, unix.ENOENT:
 	default:
 		return false
 	}
 	if !a.saidNoInotify {
 		a.saidNoInotify = true
-		a.s.log.Warn("no inotify instance or watch to wait with (the user's fs.inotify limits); looking at the slots every 100ms instead", "key", a.key, "error", err)
+		a.s.log.Warn("no inotify instance or watch to wait with (the user's fs.inotify limits, or no /proc); looking at the slots every 100ms instead", "key", a.key, "error", err)
 	}
 	return true
 }
